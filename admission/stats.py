@@ -1,0 +1,153 @@
+"""The sidecar <-> scaler wire contract: the JSON stats document, its client, and a fake.
+
+Each sidecar serves ``GET /tidegate/stats`` (:data:`STATS_PATH`) with one
+:class:`StatsSnapshot`. All ``*_total`` fields are monotonic counters since the sidecar
+process started (``instance_id`` changes on restart, so a reader can tell a counter reset from
+a decrease); gauges are current values. The scaler turns two snapshots into rates.
+
+Shape (JSON, snake_case)::
+
+    {"schema_version": 1, "pool": "small", "pod": "small-7d9f-x", "role": "active",
+     "instance_id": "9f0c...", "started_at_s": 1764480000.0, "time_s": 1764480123.4,
+     "admitted_total": 812, "admitted_demoted_total": 40, "admitted_tokens_total": 951234,
+     "completed_total": 790,
+     "rejected_total": {"queue_full": 31, "tenant_rate": 12},
+     "tenants": {"acme": {"admitted": 500, "admitted_tokens": 600000, "demoted": 40,
+                          "capacity_rejected": 31, "policy_rejected": 0}},
+     "in_flight_requests": 22, "in_flight_tokens": 40123, "token_budget": 65536,
+     "max_concurrency": 64, "queue_depth": 3, "breaker_state": "closed",
+     "kv_cache_usage": 0.71, "telemetry_age_s": 0.4}
+
+Times are Unix seconds (wall clock) so snapshots from different pods line up.
+"""
+
+from collections.abc import Mapping
+from enum import StrEnum
+
+import aiohttp
+from aiohttp import web
+from pydantic import BaseModel, ConfigDict, Field
+
+from tidegate.admission.reasons import CAPACITY_REASONS, POLICY_REASONS, Reason
+
+STATS_PATH = "/tidegate/stats"
+SCHEMA_VERSION = 1
+
+
+class BreakerState(StrEnum):
+    """Circuit breaker states."""
+
+    CLOSED = "closed"
+    OPEN = "open"
+    HALF_OPEN = "half_open"
+
+
+class TenantCounters(BaseModel):
+    """Monotonic per-tenant counters (tenants beyond the top-N are summed under ``other``)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    admitted: int = Field(default=0, ge=0)
+    admitted_tokens: int = Field(default=0, ge=0)
+    demoted: int = Field(default=0, ge=0)
+    capacity_rejected: int = Field(default=0, ge=0)
+    policy_rejected: int = Field(default=0, ge=0)
+
+
+class StatsSnapshot(BaseModel):
+    """One sidecar's counters and gauges at ``time_s`` (see the module docstring for the shape)."""
+
+    model_config = ConfigDict(extra="ignore")  # newer sidecars may add fields
+
+    schema_version: int = SCHEMA_VERSION
+    pool: str = ""
+    pod: str = ""
+    role: str = "active"
+    instance_id: str
+    started_at_s: float
+    time_s: float
+    admitted_total: int = Field(default=0, ge=0)
+    admitted_demoted_total: int = Field(default=0, ge=0)
+    admitted_tokens_total: int = Field(default=0, ge=0)
+    completed_total: int = Field(default=0, ge=0)
+    rejected_total: dict[Reason, int] = Field(default_factory=dict)
+    tenants: dict[str, TenantCounters] = Field(default_factory=dict)
+    in_flight_requests: int = Field(default=0, ge=0)
+    in_flight_tokens: int = Field(default=0, ge=0)
+    token_budget: int = Field(default=0, ge=0)
+    max_concurrency: int = Field(default=0, ge=0)
+    queue_depth: int = Field(default=0, ge=0)
+    breaker_state: BreakerState = BreakerState.CLOSED
+    kv_cache_usage: float | None = Field(default=None, ge=0.0, le=1.0)
+    telemetry_age_s: float | None = Field(default=None, ge=0.0)
+
+    @property
+    def capacity_rejected_total(self) -> int:
+        """Rejections for lack of capacity (the ones that buy GPUs)."""
+        return _sum(self.rejected_total, CAPACITY_REASONS)
+
+    @property
+    def policy_rejected_total(self) -> int:
+        """Rejections by policy (tenant over quota, bad request, ...): never buy GPUs."""
+        return _sum(self.rejected_total, POLICY_REASONS)
+
+
+def _sum(counts: Mapping[Reason, int], reasons: frozenset[Reason]) -> int:
+    return sum(n for reason, n in counts.items() if reason in reasons)
+
+
+class StatsError(Exception):
+    """A sidecar's stats could not be read (connection, timeout, HTTP status or bad document)."""
+
+
+async def fetch(session: aiohttp.ClientSession, base_url: str, timeout_s: float = 2.0) -> StatsSnapshot:
+    """Read one sidecar's stats from ``{base_url}/tidegate/stats``.
+
+    Raises :class:`StatsError` on any failure (the caller treats the pod as missing data,
+    never as zero demand).
+    """
+    url = base_url.rstrip("/") + STATS_PATH
+    try:
+        async with session.get(url, timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
+            if resp.status != 200:
+                raise StatsError(f"{url}: HTTP {resp.status}")
+            return StatsSnapshot.model_validate_json(await resp.read())
+    except StatsError:
+        raise
+    except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+        raise StatsError(f"{url}: {type(exc).__name__}: {exc}") from exc
+
+
+class FakeSidecar:
+    """A real HTTP server over loopback that serves a settable :class:`StatsSnapshot`.
+
+    For scaler tests: ``async with FakeSidecar(snapshot) as fake: ... fake.url ...``; set
+    ``fake.snapshot`` to advance counters, or ``fake.status = 503`` to simulate a failing pod.
+    """
+
+    def __init__(self, snapshot: StatsSnapshot, host: str = "127.0.0.1", port: int = 0) -> None:
+        self.snapshot = snapshot
+        self.status = 200
+        self._host, self._port = host, port
+        self._runner: web.AppRunner | None = None
+        self.url = ""
+
+    async def _handle(self, _request: web.Request) -> web.Response:
+        if self.status != 200:
+            return web.Response(status=self.status, text="unavailable")
+        return web.Response(body=self.snapshot.model_dump_json(), content_type="application/json")
+
+    async def __aenter__(self) -> "FakeSidecar":
+        app = web.Application()
+        app.router.add_get(STATS_PATH, self._handle)
+        self._runner = web.AppRunner(app)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self._host, self._port)
+        await site.start()
+        port = self._runner.addresses[0][1]
+        self.url = f"http://{self._host}:{port}"
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()

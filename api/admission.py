@@ -1,0 +1,342 @@
+"""Admission-control settings (``spec.admission``): what each replica's sidecar admits.
+
+Decision order in the sidecar (DESIGN.md): circuit breaker -> system gate (KV cache, GPU
+memory) -> tenant policy -> replica capacity with a weighted-fair queue -> forward. Every
+threshold here is per replica.
+"""
+
+from enum import StrEnum
+from typing import Annotated
+
+from pydantic import Field, model_validator
+from tidegate.api.base import LIST_MAP_BY_NAME, ApiModel, Fraction, Name, cel, validations
+
+
+class StalePolicy(StrEnum):
+    """What the system gate does when backend telemetry is older than ``staleAfterSeconds``.
+
+    ``failOpen``: ignore the gate (admission still bounds tokens and concurrency).
+    ``failClosed``: refuse as if under pressure until fresh telemetry arrives.
+    """
+
+    FAIL_OPEN = "failOpen"
+    FAIL_CLOSED = "failClosed"
+
+
+class QueueSpec(ApiModel):
+    """The bounded, weighted-fair queue in front of the replica's token budget."""
+
+    max_depth: int = Field(
+        default=128,
+        ge=0,
+        le=100_000,
+        description="Requests that may wait; 0 disables queueing (refuse at once when full).",
+    )
+    max_wait_ms: int = Field(
+        default=10_000,
+        ge=0,
+        le=600_000,
+        description="Longest a request may wait in the queue before it is refused (`queue_timeout`). "
+        "A request whose predicted start is later than its class TTFT SLO is refused at once.",
+    )
+
+
+class HysteresisGate(ApiModel):
+    """A gate that trips above ``trip`` and resumes only below ``resume`` (both 0..1)."""
+
+    enabled: bool = Field(default=True, description="Whether this gate is evaluated.")
+    trip: Fraction = Field(description="Usage (0..1) at or above which new requests are refused.")
+    resume: Fraction = Field(description="Usage (0..1) below which admission resumes after a trip. Must be < trip.")
+
+    @model_validator(mode="after")
+    def _resume_below_trip(self) -> "HysteresisGate":
+        if self.resume >= self.trip:
+            raise ValueError("resume must be < trip (hysteresis)")
+        return self
+
+    model_config = ApiModel.model_config | {
+        "json_schema_extra": validations(
+            cel("self.resume < self.trip", "resume must be < trip (hysteresis)", ".resume")
+        )
+    }
+
+
+class KvCacheGate(HysteresisGate):
+    """KV-cache usage gate, read from the backend (vLLM ``vllm:kv_cache_usage_perc``, 0..1)."""
+
+    trip: Fraction = Field(
+        default=0.92, description="KV-cache usage (0..1) at or above which new requests are refused (`kv_pressure`)."
+    )
+    resume: Fraction = Field(
+        default=0.85, description="KV-cache usage (0..1) below which admission resumes. Must be < trip."
+    )
+
+
+class GpuMemoryGate(HysteresisGate):
+    """GPU memory gate, read through NVML (``nvmlDeviceGetMemoryInfo``) where a GPU is visible."""
+
+    trip: Fraction = Field(
+        default=0.98, description="GPU memory used / total (0..1) at or above which new requests are refused."
+    )
+    resume: Fraction = Field(
+        default=0.95, description="GPU memory fraction below which admission resumes. Must be < trip."
+    )
+
+
+class TelemetrySpec(ApiModel):
+    """How the sidecar polls the backend's metrics, and what stale data means."""
+
+    poll_interval_ms: int = Field(default=500, ge=50, le=60_000, description="Backend metrics poll period.")
+    stale_after_seconds: float = Field(default=10.0, gt=0, le=600, description="Telemetry older than this is stale.")
+    on_stale: StalePolicy = Field(
+        default=StalePolicy.FAIL_OPEN, description="`failOpen` or `failClosed` when telemetry is stale."
+    )
+
+
+class CircuitBreakerSpec(ApiModel):
+    """Per-replica circuit breaker on backend latency and errors (closed / open / half-open).
+
+    Opens when the recent TTFT exceeds ``latencyMultiplier`` x its baseline or the error ratio
+    exceeds ``errorRatio``; stays open ``cooldownSeconds`` (doubling on each re-open up to
+    ``maxCooldownSeconds``); then lets ``halfOpenRequests`` through and closes if at least
+    ``halfOpenSuccessRatio`` of them succeed within the latency bound.
+    """
+
+    enabled: bool = Field(default=True, description="Whether the breaker is evaluated.")
+    latency_multiplier: float = Field(
+        default=3.0, gt=1.0, le=100.0, description="Open when recent TTFT > this x baseline TTFT."
+    )
+    error_ratio: Fraction = Field(
+        default=0.5, description="Open when the share (0..1) of failed backend responses in the window exceeds this."
+    )
+    min_samples: int = Field(
+        default=20, ge=1, le=10_000, description="Responses needed in the window before the breaker may open."
+    )
+    window_seconds: float = Field(
+        default=30.0, gt=0, le=3600, description="Sliding window for latency and error ratio."
+    )
+    cooldown_seconds: float = Field(
+        default=60.0, gt=0, le=3600, description="First open period; doubles on each re-open."
+    )
+    max_cooldown_seconds: float = Field(default=300.0, gt=0, le=86_400, description="Cap on the doubled open period.")
+    half_open_requests: int = Field(default=5, ge=1, le=1000, description="Trial requests let through when half-open.")
+    half_open_success_ratio: Fraction = Field(
+        default=0.8, description="Share (0..1) of trial requests that must succeed to close."
+    )
+
+    @model_validator(mode="after")
+    def _cooldown_cap(self) -> "CircuitBreakerSpec":
+        if self.max_cooldown_seconds < self.cooldown_seconds:
+            raise ValueError("circuitBreaker.maxCooldownSeconds must be >= cooldownSeconds")
+        return self
+
+    model_config = ApiModel.model_config | {
+        "json_schema_extra": validations(
+            cel(
+                "self.maxCooldownSeconds >= self.cooldownSeconds",
+                "circuitBreaker.maxCooldownSeconds must be >= cooldownSeconds",
+                ".maxCooldownSeconds",
+            )
+        )
+    }
+
+
+class PriorityClass(ApiModel):
+    """A class of service with its own TTFT SLO, e.g. ``interactive`` or ``batch``."""
+
+    name: Name = Field(description="Class name clients send in the priority header.")
+    ttft_slo_ms: int = Field(
+        ge=1, le=3_600_000, description="Time-to-first-token objective; the queue deadline for this class."
+    )
+    reserved_share: Fraction = Field(
+        default=0.0,
+        description="Share (0..1) of the replica's token budget only this class may use.",
+    )
+    weight: float = Field(default=1.0, gt=0, le=1000, description="Weight in the fair queue relative to other classes.")
+
+
+def _default_priority_classes() -> list[PriorityClass]:
+    return [
+        PriorityClass(name="interactive", ttft_slo_ms=2_000, reserved_share=0.2, weight=4.0),
+        PriorityClass(name="batch", ttft_slo_ms=60_000, reserved_share=0.0, weight=1.0),
+    ]
+
+
+class TenantIdentitySource(StrEnum):
+    """Where a request's tenant comes from (a trust decision, see ``TenancySpec``)."""
+
+    NONE = "none"
+    HEADER = "header"
+    API_KEY = "apiKey"
+
+
+class TenantPolicy(ApiModel):
+    """Limits and fair-share weight of one tenant."""
+
+    weight: float = Field(
+        default=1.0, gt=0, le=1000, description="Fair-queueing weight: share of capacity under contention."
+    )
+    max_concurrency: int | None = Field(
+        default=None,
+        ge=1,
+        le=100_000,
+        description="Requests in flight at once (held until the response ends). Unset: no cap.",
+    )
+    tokens_per_second: float | None = Field(
+        default=None, gt=0, description="Sustained token rate (prompt + reserved output). Unset: no rate limit."
+    )
+    burst_tokens: int | None = Field(
+        default=None, ge=1, description="Token bucket size. Unset: 10 s of `tokensPerSecond`."
+    )
+
+
+class Tenant(TenantPolicy):
+    """A named tenant with its own policy."""
+
+    name: Annotated[
+        str,
+        Field(
+            min_length=1,
+            max_length=128,
+            description="Tenant identity as it arrives (header value, or the name mapped from an API key).",
+        ),
+    ]
+
+
+class TenancySpec(ApiModel):
+    """Tenant identity and per-tenant policy.
+
+    Identity is a trust decision. ``header``: trust a header set by a gateway in front; only
+    safe when clients cannot reach the pool's Service directly. ``apiKey``: the request's
+    ``Authorization: Bearer`` key, mapped to a tenant by SHA-256 hash through the Secret
+    ``apiKeySecret`` (keys: tenant names; values: hex digests, one per line); an unknown key is
+    a 401. ``none``: every request is tenant ``default``.
+    """
+
+    identity: TenantIdentitySource = Field(
+        default=TenantIdentitySource.NONE, description="`none`, `header` or `apiKey`."
+    )
+    header: str = Field(
+        default="x-tenant-id",
+        min_length=1,
+        max_length=128,
+        description="Header carrying the tenant when identity is `header`.",
+    )
+    api_key_secret: str | None = Field(
+        default=None, max_length=253, description="Secret mapping API-key hashes to tenants when identity is `apiKey`."
+    )
+    default: TenantPolicy = Field(
+        default_factory=TenantPolicy, description="Policy of tenants not listed in `tenants`."
+    )
+    tenants: list[Tenant] = Field(
+        default_factory=list,
+        max_length=1000,
+        description="Tenants with their own policy; names are unique.",
+        json_schema_extra=LIST_MAP_BY_NAME,
+    )
+    borrowing_cap: float = Field(
+        default=1.5,
+        ge=1.0,
+        le=10.0,
+        description="A tenant may borrow idle capacity up to this multiple of its fair share before "
+        "its requests are demoted behind others.",
+    )
+    metrics_top_tenants: int = Field(
+        default=20, ge=1, le=500, description="Tenants labelled by name in metrics; the rest are `other`."
+    )
+
+    @model_validator(mode="after")
+    def _identity_config(self) -> "TenancySpec":
+        if self.identity is TenantIdentitySource.API_KEY and not self.api_key_secret:
+            raise ValueError("tenancy.apiKeySecret is required when tenancy.identity is apiKey")
+        names = [t.name for t in self.tenants]
+        if len(names) != len(set(names)):
+            raise ValueError("tenancy.tenants names must be unique")
+        return self
+
+    model_config = ApiModel.model_config | {
+        "json_schema_extra": validations(
+            cel(
+                "self.identity != 'apiKey' || has(self.apiKeySecret)",
+                "tenancy.apiKeySecret is required when tenancy.identity is apiKey",
+                ".apiKeySecret",
+            ),
+        )
+    }
+
+
+class AdmissionSpec(ApiModel):
+    """Per-replica admission control: token budget, queue, gates, breaker, classes, tenants."""
+
+    token_budget: int = Field(
+        default=65_536,
+        ge=1,
+        le=100_000_000,
+        description="Tokens (prompt + reserved output, over-reserved by `safetyFactor`) a replica "
+        "may have in flight. Size it to the KV cache: vLLM logs `# GPU blocks` x block size.",
+    )
+    max_concurrency: int = Field(
+        default=64, ge=1, le=100_000, description="Requests a replica may have in flight (vLLM `--max-num-seqs`)."
+    )
+    safety_factor: float = Field(
+        default=1.1,
+        ge=1.0,
+        le=4.0,
+        description="Multiplier on estimated request cost; covers tokenizer estimate error.",
+    )
+    max_request_bytes: int = Field(
+        default=8 * 1024 * 1024,
+        ge=1024,
+        le=1024 * 1024 * 1024,
+        description="Largest request body accepted (413 above).",
+    )
+    queue: QueueSpec = Field(default_factory=QueueSpec, description="Bounded weighted-fair queue.")
+    kv_cache: KvCacheGate = Field(default_factory=KvCacheGate, description="KV-cache pressure gate (trip / resume).")
+    gpu_memory: GpuMemoryGate = Field(
+        default_factory=GpuMemoryGate, description="GPU memory gate via NVML, where a GPU is visible."
+    )
+    telemetry: TelemetrySpec = Field(
+        default_factory=TelemetrySpec, description="Backend metrics polling and staleness."
+    )
+    circuit_breaker: CircuitBreakerSpec = Field(
+        default_factory=CircuitBreakerSpec, description="Latency/error circuit breaker."
+    )
+    priority_header: str = Field(
+        default="x-priority", min_length=1, max_length=128, description="Header naming the request's priority class."
+    )
+    default_priority_class: Name = Field(default="interactive", description="Class of requests that name none.")
+    priority_classes: list[PriorityClass] = Field(
+        default_factory=_default_priority_classes,
+        min_length=1,
+        max_length=16,
+        description="Classes of service, names unique; default `interactive` (TTFT 2 s, 20% "
+        "reserved) and `batch` (60 s).",
+        json_schema_extra=LIST_MAP_BY_NAME,
+    )
+    tenancy: TenancySpec = Field(default_factory=TenancySpec, description="Tenant identity and per-tenant limits.")
+
+    @model_validator(mode="after")
+    def _classes(self) -> "AdmissionSpec":
+        names = [c.name for c in self.priority_classes]
+        if len(names) != len(set(names)):
+            raise ValueError("admission.priorityClasses names must be unique")
+        if self.default_priority_class not in names:
+            raise ValueError("admission.defaultPriorityClass must name one of admission.priorityClasses")
+        if sum(c.reserved_share for c in self.priority_classes) > 1.0:
+            raise ValueError("admission.priorityClasses reservedShare must sum to <= 1")
+        return self
+
+    model_config = ApiModel.model_config | {
+        "json_schema_extra": validations(
+            cel(
+                "self.priorityClasses.exists(c, c.name == self.defaultPriorityClass)",
+                "admission.defaultPriorityClass must name one of admission.priorityClasses",
+                ".defaultPriorityClass",
+            ),
+            cel(
+                "self.priorityClasses.map(c, c.reservedShare).sum() <= 1.0",
+                "admission.priorityClasses reservedShare must sum to <= 1",
+                ".priorityClasses",
+            ),
+        )
+    }

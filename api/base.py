@@ -1,0 +1,63 @@
+"""The base model and field types every InferencePool model is built from.
+
+Python names are snake_case; the Kubernetes (and config-file) names are their camelCase
+aliases, as in every Kubernetes API. Unknown fields are an error, so a typo in a config file
+fails loudly instead of silently meaning the default.
+"""
+
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
+from pydantic.alias_generators import to_camel
+
+
+class ApiModel(BaseModel):
+    """Base of all API models: camelCase aliases, names accepted too, extra fields refused."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        validate_by_name=True,
+        validate_by_alias=True,
+        serialize_by_alias=True,
+        extra="forbid",
+        frozen=True,
+    )
+
+
+def cel(rule: str, message: str, field_path: str | None = None) -> dict[str, str]:
+    """One CEL validation rule for the CRD (``x-kubernetes-validations`` entry).
+
+    ``field_path`` (e.g. ``.maxReplicas``) makes the API server name that field in its error.
+    Source: https://kubernetes.io/docs/tasks/extend-kubernetes/custom-resources/custom-resource-definitions/#validation-rules
+    """
+    entry = {"rule": rule, "message": message}
+    if field_path:
+        entry["fieldPath"] = field_path
+    return entry
+
+
+def validations(*rules: dict[str, str]) -> dict[str, Any]:
+    """``json_schema_extra`` carrying CEL rules for a model's CRD schema."""
+    return {"x-kubernetes-validations": list(rules)}
+
+
+Fraction = Annotated[float, Field(ge=0.0, le=1.0)]
+"""A ratio in 0..1 (not a percentage)."""
+
+IntOrString = Annotated[
+    int | str,
+    WithJsonSchema({"x-kubernetes-int-or-string": True}),
+]
+"""A Kubernetes quantity or count that may be written as a number or a string (``8``, ``"10%"``)."""
+
+RawObject = Annotated[
+    dict[str, Any],
+    WithJsonSchema({"type": "object", "x-kubernetes-preserve-unknown-fields": True}),
+]
+"""A Kubernetes object passed through as written (validated by Kubernetes where it lands)."""
+
+Name = Annotated[str, Field(min_length=1, max_length=63, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")]
+"""A DNS-1123 label: lowercase letters, digits and ``-``, at most 63 characters."""
+
+LIST_MAP_BY_NAME: dict[str, Any] = {"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]}
+"""Schema extra for a list keyed by ``name``: the API server refuses duplicate names."""

@@ -1,0 +1,210 @@
+"""Generate the InferencePool CustomResourceDefinition from the pydantic models.
+
+pydantic emits JSON Schema (``$ref``/``$defs``, ``anyOf`` with null for optional fields,
+numeric ``exclusiveMinimum``); Kubernetes wants a *structural* OpenAPI v3 schema: everything
+inlined, no null branches, boolean ``exclusiveMinimum``, no ``additionalProperties`` beside
+``properties``. This module does that translation and adds what JSON Schema cannot say:
+defaults for nested objects (``{}``, so the API server fills their own defaults), the status
+and ``/scale`` subresources, and printer columns.
+
+Source of the rules: https://kubernetes.io/docs/tasks/extend-kubernetes/custom-resources/custom-resource-definitions/#specifying-a-structural-schema
+
+Pure: returns data or text, writes nothing.
+"""
+
+import types
+import typing
+from enum import Enum
+from typing import Any
+
+import yaml
+from pydantic import BaseModel
+from pydantic_core import to_jsonable_python
+from tidegate.api import constants
+from tidegate.api.pool import InferencePoolSpec
+from tidegate.api.status import InferencePoolStatus
+
+HEADER = "# Generated from the pydantic models in api/ by `tidegate crd`. Do not edit by hand.\n"
+
+_DROP = {"title", "$defs"}
+
+PRINTER_COLUMNS = [
+    {"name": "Model", "type": "string", "jsonPath": ".spec.model.name", "description": "Model served"},
+    {"name": "Desired", "type": "integer", "jsonPath": ".spec.replicas", "description": "Desired active replicas"},
+    {"name": "Active", "type": "integer", "jsonPath": ".status.replicas", "description": "Active (serving) replicas"},
+    {
+        "name": "Warm",
+        "type": "integer",
+        "jsonPath": ".status.warmReplicas",
+        "description": "Ready warm (not serving) replicas",
+    },
+    {
+        "name": "RejectRate",
+        "type": "number",
+        "jsonPath": ".status.capacityRejectRate",
+        "description": "Capacity reject rate (0..1) over the scaling window",
+    },
+    {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+]
+
+
+def _model_classes(root: type[BaseModel]) -> dict[str, type[BaseModel]]:
+    """Every model reachable from ``root``, by the name pydantic uses in ``$defs``."""
+    found: dict[str, type[BaseModel]] = {}
+
+    def visit(tp: Any) -> None:
+        if isinstance(tp, type) and issubclass(tp, BaseModel):
+            if tp.__name__ in found:
+                return
+            found[tp.__name__] = tp
+            for info in tp.model_fields.values():
+                visit(info.annotation)
+            return
+        for arg in typing.get_args(tp):
+            visit(arg)
+        if isinstance(tp, types.UnionType):
+            for arg in tp.__args__:
+                visit(arg)
+
+    visit(root)
+    return found
+
+
+def _factory_default(value: Any) -> Any:
+    """The CRD default for a field whose Python default comes from a factory (None: none)."""
+    if isinstance(value, BaseModel):
+        return {}  # the API server then applies the nested fields' own defaults
+    if isinstance(value, list) and value:
+        return to_jsonable_python(value, by_alias=True, exclude_none=True)
+    return None  # empty list/dict: absence means the same
+
+
+def _add_factory_defaults(defs: dict[str, Any], classes: dict[str, type[BaseModel]]) -> None:
+    for name, cls in classes.items():
+        props = defs.get(name, {}).get("properties", {})
+        for field, info in cls.model_fields.items():
+            if info.default_factory is None:
+                continue
+            alias = info.alias or field
+            default = _factory_default(info.default_factory())  # type: ignore[call-arg]
+            if default is not None and alias in props:
+                props[alias]["default"] = default
+
+
+def _structural(node: Any, defs: dict[str, Any]) -> Any:
+    if isinstance(node, list):
+        return [_structural(n, defs) for n in node]
+    if not isinstance(node, dict):
+        return node
+    node = dict(node)
+    while "$ref" in node or "anyOf" in node:
+        if "$ref" in node:
+            target = defs[node.pop("$ref").rsplit("/", 1)[-1]]
+            node = {**target, **node}  # the use site's description/default win
+        if "anyOf" in node:
+            branches = [b for b in node.pop("anyOf") if b.get("type") != "null"]
+            if len(branches) == 1:
+                node = {**branches[0], **node}
+            elif not node.get("x-kubernetes-int-or-string"):
+                raise ValueError(f"cannot express a union in a structural schema: {branches}")
+    if "const" in node:
+        node["enum"] = [node.pop("const")]
+    for bound in ("exclusiveMinimum", "exclusiveMaximum"):
+        if isinstance(node.get(bound), int | float) and not isinstance(node.get(bound), bool):
+            node[bound.replace("exclusiveM", "m")] = node.pop(bound)
+            node[bound] = True
+    if "default" in node and node["default"] is None:
+        del node["default"]
+    if isinstance(node.get("default"), Enum):
+        node["default"] = node["default"].value
+    if "properties" in node:
+        node.pop("additionalProperties", None)
+        node.setdefault("type", "object")
+    out: dict[str, Any] = {}
+    for key, value in node.items():
+        if key in _DROP:
+            continue
+        if key in ("properties",):
+            out[key] = {k: _structural(v, defs) for k, v in value.items()}
+        elif key in ("items", "additionalProperties") and isinstance(value, dict):
+            out[key] = _structural(value, defs)
+        else:
+            out[key] = value
+    if out.get("description"):
+        out["description"] = " ".join(out["description"].split())
+    return out
+
+
+def schema_for(model: type[BaseModel]) -> dict[str, Any]:
+    """Structural OpenAPI v3 schema of ``model`` (camelCase names, CEL rules, defaults).
+
+    Raises ``ValueError`` when the model uses a union a structural schema cannot express.
+    """
+    raw = model.model_json_schema(by_alias=True, mode="validation")
+    defs = raw.get("$defs", {})
+    classes = _model_classes(model)
+    _add_factory_defaults(defs, classes)
+    _add_factory_defaults({model.__name__: raw}, {model.__name__: model})
+    return _structural(raw, defs)
+
+
+def custom_resource_definition() -> dict[str, Any]:
+    """The InferencePool CRD as a dict (``apiextensions.k8s.io/v1``)."""
+    spec = schema_for(InferencePoolSpec)
+    status = schema_for(InferencePoolStatus)
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {
+            "name": f"{constants.PLURAL}.{constants.GROUP}",
+            "labels": {"app.kubernetes.io/name": "tidegate", "app.kubernetes.io/part-of": "tidegate"},
+        },
+        "spec": {
+            "group": constants.GROUP,
+            "scope": "Namespaced",
+            "names": {
+                "kind": constants.KIND,
+                "listKind": f"{constants.KIND}List",
+                "plural": constants.PLURAL,
+                "singular": constants.SINGULAR,
+                "shortNames": [constants.SHORT_NAME],
+                "categories": [constants.CATEGORY],
+            },
+            "versions": [
+                {
+                    "name": constants.VERSION,
+                    "served": True,
+                    "storage": True,
+                    "schema": {
+                        "openAPIV3Schema": {
+                            "type": "object",
+                            "description": "An InferencePool serves one model from GPU replicas behind tidegate "
+                            "admission sidecars, with a warm pool and reject-rate autoscaling.",
+                            "required": ["spec"],
+                            "properties": {
+                                "apiVersion": {"type": "string"},
+                                "kind": {"type": "string"},
+                                "metadata": {"type": "object"},
+                                "spec": spec,
+                                "status": status,
+                            },
+                        }
+                    },
+                    "subresources": {
+                        "status": {},
+                        "scale": {
+                            "specReplicasPath": ".spec.replicas",
+                            "statusReplicasPath": ".status.replicas",
+                            "labelSelectorPath": ".status.selector",
+                        },
+                    },
+                    "additionalPrinterColumns": PRINTER_COLUMNS,
+                }
+            ],
+        },
+    }
+
+
+def render() -> str:
+    """The CRD as the YAML text committed under ``crds/`` (stable key order)."""
+    return HEADER + yaml.safe_dump(custom_resource_definition(), sort_keys=False, width=100)

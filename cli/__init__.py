@@ -1,0 +1,1 @@
+"""The ``tidegate`` console script: one binary, one subcommand per component."""
