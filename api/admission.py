@@ -9,6 +9,7 @@ from enum import StrEnum
 from typing import Annotated
 
 from pydantic import Field, model_validator
+
 from tidegate.api.base import LIST_MAP_BY_NAME, ApiModel, Fraction, Name, cel, validations
 
 

@@ -20,6 +20,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel
 from pydantic_core import to_jsonable_python
+
 from tidegate.api import constants
 from tidegate.api.pool import InferencePoolSpec
 from tidegate.api.status import InferencePoolStatus

@@ -3,6 +3,7 @@
 from typing import Annotated
 
 from pydantic import Field, model_validator
+
 from tidegate.api.admission import AdmissionSpec
 from tidegate.api.base import ApiModel, cel, validations
 from tidegate.api.constants import API_VERSION, KIND

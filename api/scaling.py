@@ -3,6 +3,7 @@
 from enum import StrEnum
 
 from pydantic import Field, model_validator
+
 from tidegate.api.base import ApiModel, Fraction, cel, validations
 
 

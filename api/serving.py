@@ -4,6 +4,7 @@ from enum import StrEnum
 from typing import Annotated
 
 from pydantic import Field, model_validator
+
 from tidegate.api.base import ApiModel, RawObject, cel, validations
 
 

@@ -9,6 +9,7 @@ from enum import StrEnum
 from typing import Annotated, Literal
 
 from pydantic import Field
+
 from tidegate.api.base import ApiModel, RawObject
 
 

@@ -5,9 +5,9 @@ import pathlib
 import pydantic
 import pytest
 import yaml
-from tidegate.api import InferencePool, InferencePoolSpec
 
 from tests.invalid_pools import CASES, Case, build, valid_pool
+from tidegate.api import InferencePool, InferencePoolSpec
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 
