@@ -4,7 +4,7 @@ pydantic emits JSON Schema (``$ref``/``$defs``, ``anyOf`` with null for optional
 numeric ``exclusiveMinimum``); Kubernetes wants a *structural* OpenAPI v3 schema: everything
 inlined, no null branches, boolean ``exclusiveMinimum``, no ``additionalProperties`` beside
 ``properties``. This module does that translation and adds what JSON Schema cannot say:
-defaults for nested objects (``{}``, so the API server fills their own defaults), the status
+defaults for nested objects (the whole defaulted object), the status
 and ``/scale`` subresources, and printer columns.
 
 Source of the rules: https://kubernetes.io/docs/tasks/extend-kubernetes/custom-resources/custom-resource-definitions/#specifying-a-structural-schema
@@ -74,7 +74,9 @@ def _model_classes(root: type[BaseModel]) -> dict[str, type[BaseModel]]:
 def _factory_default(value: Any) -> Any:
     """The CRD default for a field whose Python default comes from a factory (None: none)."""
     if isinstance(value, BaseModel):
-        return {}  # the API server then applies the nested fields' own defaults
+        # The whole defaulted object, not {}: the API server checks defaults against the CEL
+        # rules without applying nested defaults first.
+        return value.model_dump(mode="json", by_alias=True, exclude_none=True)
     if isinstance(value, list) and value:
         return to_jsonable_python(value, by_alias=True, exclude_none=True)
     return None  # empty list/dict: absence means the same

@@ -1,0 +1,58 @@
+# tidegate: `make test` installs what it needs (a venv, the local control plane) and runs every tier.
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+PIP    := $(VENV)/bin/pip
+CLUSTER := e2e/cluster/cluster.sh
+
+.PHONY: help venv lint unit component cluster-tests test cluster-build cluster-up cluster-down crd clean
+
+help:
+	@echo "make test          install everything and run lint + all test tiers (unit, component, cluster)"
+	@echo "make cluster-up    build (first time) and start the local control plane; prints KUBECONFIG"
+	@echo "make cluster-down  delete the local control plane"
+	@echo "make crd           regenerate crds/ from the pydantic models"
+	@echo "make lint          ruff + import contracts"
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q -e '.[test]'
+	touch $@
+
+venv: $(VENV)/.installed
+
+lint: venv
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/lint-imports --no-cache
+
+crd: venv
+	$(VENV)/bin/tidegate crd -o crds/inferencepools.tidegate.dev.yaml
+
+unit: venv
+	$(VENV)/bin/pytest -m unit
+
+component: venv
+	$(VENV)/bin/pytest -m component
+
+cluster-build:
+	e2e/cluster/build.sh
+
+cluster-up: cluster-build
+	@$(CLUSTER) up
+	@echo "run: eval \"\$$($(CLUSTER) env)\"   # KUBECONFIG and kubectl/helm on PATH"
+
+cluster-down:
+	$(CLUSTER) down
+
+cluster-tests: venv cluster-build
+	$(VENV)/bin/pytest -m cluster
+
+# Every tier. The cluster tier starts the local control plane itself (and deletes it after,
+# unless TIDEGATE_KEEP_CLUSTER=1 or it was already running).
+test: lint cluster-build
+	$(VENV)/bin/pytest
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache

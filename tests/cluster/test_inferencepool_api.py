@@ -1,0 +1,117 @@
+"""The InferencePool CRD against a real kube-apiserver: refusals at apply time, /scale, columns."""
+
+import json
+import uuid
+
+import kubernetes
+import pytest
+import yaml
+
+from tests.invalid_pools import CASES, Case, build, valid_pool
+from tidegate.api import GROUP, PLURAL, VERSION
+
+
+def _create(api_client, namespace: str, body: dict) -> dict:
+    custom = kubernetes.client.CustomObjectsApi(api_client)
+    return custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body, field_validation="Strict")
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_invalid_pool_is_refused_at_create_naming_the_field(api_client, namespace: str, case: Case) -> None:
+    with pytest.raises(kubernetes.client.ApiException) as info:
+        _create(api_client, namespace, build(case, name=f"bad-{uuid.uuid4().hex[:6]}"))
+    assert info.value.status in (400, 422), info.value.body
+    message = json.loads(info.value.body)["message"]
+    assert case.field in message, f"API server error does not name {case.field}: {message}"
+
+
+def test_valid_pool_is_accepted_and_defaulted(api_client, namespace: str) -> None:
+    created = _create(api_client, namespace, valid_pool("ok"))
+    spec = created["spec"]
+    assert spec["replicas"] == 1
+    assert spec["warmPool"]["size"] == 1
+    assert spec["admission"]["kvCache"] == {"enabled": True, "trip": 0.92, "resume": 0.85}
+    assert spec["admission"]["circuitBreaker"]["maxCooldownSeconds"] == 300
+    assert spec["nodePool"]["capacityTypes"] == ["on-demand"]
+
+
+def test_partial_nested_objects_get_the_remaining_defaults(api_client, namespace: str) -> None:
+    body = valid_pool("partial")
+    body["spec"]["admission"] = {"kvCache": {"trip": 0.95}}
+    created = _create(api_client, namespace, body)
+    assert created["spec"]["admission"]["kvCache"] == {"enabled": True, "trip": 0.95, "resume": 0.85}
+    assert created["spec"]["admission"]["tokenBudget"] == 65536
+
+
+def test_kubectl_apply_minimal_example_and_scale_through_the_scale_subresource(kubectl, namespace: str) -> None:
+    kubectl("apply", "-n", namespace, "-f", "examples/minimal.yaml")
+    kubectl("scale", "-n", namespace, "inferencepool", "small", "--replicas", "3")
+    spec = json.loads(kubectl("get", "-n", namespace, "tgpool", "small", "-o", "json").stdout)["spec"]
+    assert spec["replicas"] == 3
+    scale = json.loads(
+        kubectl("get", "--raw", f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURAL}/small/scale").stdout
+    )
+    assert scale["kind"] == "Scale" and scale["spec"]["replicas"] == 3
+
+
+def test_negative_scale_is_refused(kubectl, namespace: str) -> None:
+    kubectl("apply", "-n", namespace, "-f", "examples/minimal.yaml")
+    result = kubectl("scale", "-n", namespace, "inferencepool", "small", "--replicas", "-1", check=False)
+    assert result.returncode != 0
+
+
+def test_status_written_by_the_operator_is_kept_and_shown_in_columns(api_client, kubectl, namespace: str) -> None:
+    _create(api_client, namespace, valid_pool("cols"))
+    status = {
+        "observedGeneration": 1,
+        "replicas": 2,
+        "readyReplicas": 2,
+        "warmReplicas": 1,
+        "selector": "tidegate.dev/pool=cols",
+        "capacityRejectRate": 0.31,
+        "conditions": [
+            {
+                "type": "Ready",
+                "status": "True",
+                "reason": "Serving",
+                "message": "2 active, 1 warm",
+                "lastTransitionTime": "2026-11-30T00:00:00Z",
+                "observedGeneration": 1,
+            }
+        ],
+        "signal": {
+            "desiredReplicas": 3,
+            "capacityRejectRate": 0.31,
+            "policyRejectRate": 0.02,
+            "reason": "2 -> 3: capacity reject 31% across 5 tenants",
+            "time": "2026-11-30T00:00:00Z",
+        },
+    }
+    custom = kubernetes.client.CustomObjectsApi(api_client)
+    custom.patch_namespaced_custom_object_status(GROUP, VERSION, namespace, PLURAL, "cols", {"status": status})
+    stored = custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "cols")["status"]
+    assert stored == status, "the API server pruned status fields the operator writes"
+
+    out = kubectl("get", "-n", namespace, "inferencepools").stdout.splitlines()
+    assert out[0].split() == ["NAME", "MODEL", "DESIRED", "ACTIVE", "WARM", "REJECTRATE", "AGE"]
+    row = out[1].split()
+    assert row[:6] == ["cols", "Qwen/Qwen2.5-0.5B-Instruct", "1", "2", "1", "0.31"]
+    # The HPA finds the pool's pods through /scale's selector.
+    scale = json.loads(kubectl("get", "--raw", f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURAL}/cols/scale").stdout)
+    assert scale["status"] == {"replicas": 2, "selector": "tidegate.dev/pool=cols"}
+
+
+def test_keda_and_karpenter_crds_are_installed_from_upstream(kubectl) -> None:
+    crds = kubectl("get", "crd", "-o", "name").stdout.split()
+    for name in ("scaledobjects.keda.sh", "triggerauthentications.keda.sh", "nodepools.karpenter.sh", "nodeclaims.karpenter.sh"):
+        assert f"customresourcedefinition.apiextensions.k8s.io/{name}" in crds
+
+
+def test_fake_gpu_nodes_offer_gpus_and_the_restricted_namespace_exists(kubectl) -> None:
+    nodes = yaml.safe_load(kubectl("get", "nodes", "-l", "nvidia.com/gpu.present=true", "-o", "yaml").stdout)["items"]
+    assert len(nodes) >= 1
+    for node in nodes:
+        assert node["status"]["allocatable"]["nvidia.com/gpu"] == "8"
+        assert {"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"} in node["spec"]["taints"]
+    ns = yaml.safe_load(kubectl("get", "namespace", "tidegate-restricted", "-o", "yaml").stdout)
+    assert ns["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
