@@ -69,7 +69,9 @@ def kubectl(cluster_env: dict[str, str]) -> Callable[..., subprocess.CompletedPr
     return run
 
 
-def wait_for(predicate: Callable[[], Any], timeout_s: float = 30.0, interval_s: float = 0.2, what: str = "condition") -> Any:
+def wait_for(
+    predicate: Callable[[], Any], timeout_s: float = 30.0, interval_s: float = 0.2, what: str = "condition"
+) -> Any:
     """Poll ``predicate`` until it returns a truthy value; fail with ``what`` after ``timeout_s``."""
     deadline = time.monotonic() + timeout_s
     while True:

@@ -97,13 +97,20 @@ def test_status_written_by_the_operator_is_kept_and_shown_in_columns(api_client,
     row = out[1].split()
     assert row[:6] == ["cols", "Qwen/Qwen2.5-0.5B-Instruct", "1", "2", "1", "0.31"]
     # The HPA finds the pool's pods through /scale's selector.
-    scale = json.loads(kubectl("get", "--raw", f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURAL}/cols/scale").stdout)
+    scale = json.loads(
+        kubectl("get", "--raw", f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURAL}/cols/scale").stdout
+    )
     assert scale["status"] == {"replicas": 2, "selector": "tidegate.dev/pool=cols"}
 
 
 def test_keda_and_karpenter_crds_are_installed_from_upstream(kubectl) -> None:
     crds = kubectl("get", "crd", "-o", "name").stdout.split()
-    for name in ("scaledobjects.keda.sh", "triggerauthentications.keda.sh", "nodepools.karpenter.sh", "nodeclaims.karpenter.sh"):
+    for name in (
+        "scaledobjects.keda.sh",
+        "triggerauthentications.keda.sh",
+        "nodepools.karpenter.sh",
+        "nodeclaims.karpenter.sh",
+    ):
         assert f"customresourcedefinition.apiextensions.k8s.io/{name}" in crds
 
 
