@@ -1,0 +1,350 @@
+"""The scaling law: how many active replicas a pool needs, from what its sidecars decided.
+
+Pure: no sockets, no Kubernetes, no clock of its own (``now_s`` is passed in), so the same
+code runs in the scaler, in tests and in the simulator. Import contract: no kopf, aiohttp,
+grpc or kubernetes (pyproject ``[[tool.importlinter.contracts]]``).
+
+Inputs are one :class:`Observation` (per-second rates over a window, summed over the pool's
+active pods, plus gauges) and the :class:`Policy` (from ``spec.scaling``). Writing
+``A`` admitted/s, ``C`` capacity-rejected/s, ``n`` active pods with rates,
+``t`` = ``targetUtilization``, ``r*`` = ``targetCapacityRejectRate``, ``h`` = :data:`HYSTERESIS`,
+``L`` in-flight tokens, ``B`` token budget per replica, ``N`` current active replicas::
+
+    D        = A + C                       capacity demand; policy rejections never count
+    rate     = C / D                       capacity reject rate (0 when D = 0)
+    u        = L / (N * B)                 token utilisation of the current replicas
+    util_rec = N                           if t(1-h) <= u <= t(1+h)    (dead band: no flapping)
+             = ceil(L / (B * t))           otherwise
+    raw      = max(ceil(D / ((A / n) * t)), util_rec)    if rate > r*   (saturated)
+             = util_rec                                   otherwise
+             = minReplicas                                when idle (no demand, nothing in flight)
+
+``D / (A/n)`` is the demand in units of what one replica was observed to admit, so a
+saturated pool is sized to run at ``t`` (DESIGN.md, "The scaler"). Then, clamped to
+``[minReplicas, maxReplicas]``:
+
+- up (``raw > N``): at most ``N + warm + maxScaleUpStep``; ready warm replicas are promoted in
+  seconds and cost no new GPU, so they never use up the step;
+- down (``raw < N``): only to the highest recommendation of the last
+  ``scaleDownCooldownSeconds`` (the HPA's stabilisation window, applied here so a restarted
+  or second scaler replica also waits: it must have watched a whole cooldown first), and never
+  while any ready active pod's stats are missing or stale (hold, and say so).
+
+The answer is reported to KEDA as an ``AverageValue`` metric with target 1, so the HPA computes
+``ceil(metric)``; but the HPA ignores ratios ``metric / N`` within ``1 +- tolerance`` (0.1), which
+would park a saturated pool of 10+ replicas one replica short forever. :func:`hpa_metric_value`
+lifts such small scale-ups just past the tolerance (source: Kubernetes HPA algorithm,
+https://kubernetes.io/docs/tasks/run-application/horizontal-pod-autoscale/#algorithm-details).
+"""
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from enum import StrEnum
+
+from tidegate.api.scaling import ScalingSpec
+
+HYSTERESIS = 0.15
+"""Half-width of the utilisation dead band, relative to the target (0.15: 0.75 -> 0.64..0.86)."""
+HPA_TOLERANCE = 0.1
+"""The HPA's default ``--horizontal-pod-autoscaler-tolerance``."""
+
+
+class Reason(StrEnum):
+    """Why the law chose its answer (the ``reason`` label of ``tidegate_scaler_desired_replicas``)."""
+
+    SATURATED = "saturated"  # capacity reject rate above target: sized from demand
+    UTILIZATION = "utilization"  # token utilisation above the band: sized from in-flight tokens
+    STEADY = "steady"  # within the band: no change
+    COOLDOWN = "cooldown"  # lower demand, but not yet for a whole cooldown
+    SCALE_DOWN = "scale_down"  # lower demand for a whole cooldown
+    IDLE = "idle"  # no demand at all: towards minReplicas (after the cooldown)
+    HOLD_STALE = "hold_stale"  # stats missing or stale: never scale down
+    HOLD_WARMUP = "hold_warmup"  # no rate yet (first sample, or replicas still starting)
+    BOUNDS = "bounds"  # moved only to respect minReplicas / maxReplicas
+
+
+@dataclass(frozen=True)
+class Policy:
+    """The law's tunables; see :class:`tidegate.api.scaling.ScalingSpec` for meanings and units."""
+
+    min_replicas: int = 1
+    max_replicas: int = 8
+    target_capacity_reject_rate: float = 0.02
+    target_utilization: float = 0.75
+    max_scale_up_step: int = 4
+    scale_down_cooldown_s: float = 300.0
+    hysteresis: float = HYSTERESIS
+    hpa_tolerance: float = HPA_TOLERANCE
+
+    @classmethod
+    def from_spec(cls, spec: ScalingSpec, **overrides: float) -> "Policy":
+        """The policy of an InferencePool's ``spec.scaling``."""
+        return cls(
+            min_replicas=spec.min_replicas,
+            max_replicas=spec.max_replicas,
+            target_capacity_reject_rate=spec.target_capacity_reject_rate,
+            target_utilization=spec.target_utilization,
+            max_scale_up_step=spec.max_scale_up_step,
+            scale_down_cooldown_s=float(spec.scale_down_cooldown_seconds),
+            **overrides,
+        )
+
+    def clamp(self, n: int) -> int:
+        return max(self.min_replicas, min(self.max_replicas, n))
+
+
+@dataclass(frozen=True)
+class Observation:
+    """What the pool's sidecars reported over one window (built by :mod:`tidegate.scaler.rates`).
+
+    Counts of pods: ``active`` (role active, ready or not; the HPA's current replicas),
+    ``starting`` (active, not ready yet), ``warm`` (ready, promotable), ``reporting`` (active
+    pods with fresh stats and a rate baseline), ``stale`` (names of ready active pods whose stats
+    are missing or too old). Rates are per second, summed over ``reporting`` pods; ``window_s``
+    is the mean window they cover (0: no pod has a baseline yet). Gauges are summed over active
+    pods with fresh stats.
+    """
+
+    active: int
+    starting: int = 0
+    warm: int = 0
+    reporting: int = 0
+    stale: tuple[str, ...] = ()
+    window_s: float = 0.0
+    admitted_per_s: float = 0.0
+    capacity_rejected_per_s: float = 0.0
+    policy_rejected_per_s: float = 0.0
+    capacity_rejected_tenants: int = 0
+    in_flight_tokens: int = 0
+    token_budget: int = 0
+    fresh: int = 0
+    queue_depth: int = 0
+
+    @property
+    def demand_per_s(self) -> float:
+        return self.admitted_per_s + self.capacity_rejected_per_s
+
+    @property
+    def capacity_reject_rate(self) -> float:
+        """Capacity rejections / capacity demand, 0..1 (0 without demand)."""
+        return self.capacity_rejected_per_s / self.demand_per_s if self.demand_per_s > 0 else 0.0
+
+    @property
+    def policy_reject_rate(self) -> float:
+        """Policy rejections / all requests, 0..1 (0 without requests)."""
+        total = self.demand_per_s + self.policy_rejected_per_s
+        return self.policy_rejected_per_s / total if total > 0 else 0.0
+
+    @property
+    def utilization(self) -> float | None:
+        """In-flight tokens / (active replicas x budget per replica), or None without fresh budgets."""
+        if self.fresh == 0 or self.token_budget == 0 or self.active == 0:
+            return None
+        return self.in_flight_tokens / (self.active * self.token_budget / self.fresh)
+
+
+@dataclass(frozen=True)
+class LawState:
+    """What the law remembers between decisions for one pool: when it first looked, and its
+    recent raw recommendations ``(time_s, replicas)`` (kept for one cooldown)."""
+
+    first_s: float | None = None
+    recommendations: tuple[tuple[float, int], ...] = ()
+
+
+@dataclass(frozen=True)
+class Decision:
+    """One answer: ``desired`` replicas (within bounds), why, and ``text`` for logs and Events.
+
+    ``metric_value`` is what to report to KEDA (see :func:`hpa_metric_value`); ``active`` is the
+    IsActive answer.
+    """
+
+    current: int
+    desired: int
+    reason: Reason
+    text: str
+    metric_value: float
+    active: bool
+    time_s: float
+    capacity_reject_rate: float | None = None
+    policy_reject_rate: float | None = None
+    utilization: float | None = None
+
+
+def hpa_metric_value(desired: int, current: int, tolerance: float = HPA_TOLERANCE) -> float:
+    """The AverageValue metric (target 1) that makes the HPA move from ``current`` to ``desired``.
+
+    The HPA does nothing while ``1 - tolerance <= metric / current <= 1 + tolerance``; a scale-up that small is
+    reported as the smallest count past the tolerance instead (10 -> 11 becomes 12), because a
+    saturated pool left where it is stays saturated. Scale-downs inside the tolerance are left
+    alone: the HPA keeps the extra capacity, which is the safe side. Returns replicas (>= 0).
+    """
+    value = desired
+    if current > 0 and desired > current:
+        # the HPA's own test (replica_calculator.go, tolerances.isWithin), in the same float arithmetic
+        while (1.0 - tolerance) <= (value * 1000) / (1000 * current) <= (1.0 + tolerance):
+            value += 1
+    return float(value)
+
+
+def _pct(x: float) -> str:
+    return f"{x * 100:.0f}%" if x >= 0.01 or x == 0 else f"{x * 100:.1f}%"
+
+
+def _util_rec(policy: Policy, obs: Observation) -> int:
+    u = obs.utilization
+    if u is None:
+        return obs.active
+    t, h = policy.target_utilization, policy.hysteresis
+    if t * (1 - h) <= u <= t * (1 + h):
+        return obs.active
+    per_replica = obs.token_budget / obs.fresh
+    return math.ceil(obs.in_flight_tokens / (per_replica * t))
+
+
+def _is_idle(obs: Observation) -> bool:
+    return obs.demand_per_s == 0 and obs.in_flight_tokens == 0 and obs.queue_depth == 0
+
+
+def raw_recommendation(policy: Policy, obs: Observation) -> tuple[int, Reason]:
+    """The unbounded, un-stabilised replica count the window asks for, and which rule gave it.
+
+    Needs ``obs.reporting > 0`` and ``obs.window_s > 0``.
+    """
+    util_rec = _util_rec(policy, obs)
+    if obs.capacity_reject_rate > policy.target_capacity_reject_rate:
+        # D / ((A / n) * t), written so that a trickle admitted gives a huge (then clamped) count, not inf
+        if obs.demand_per_s < 1e6 * obs.admitted_per_s:
+            needed = obs.reporting * (obs.demand_per_s / obs.admitted_per_s) / policy.target_utilization
+            demand_rec = math.ceil(needed - 1e-9)
+        else:  # (almost) nothing admitted: no measure of a replica's capacity; maxReplicas, step-limited
+            demand_rec = 10**9
+        # never below the current count while saturated: replicas still starting are already counted
+        return max(demand_rec, util_rec, obs.active), Reason.SATURATED
+    if _is_idle(obs):
+        return 0, Reason.IDLE
+    return util_rec, Reason.UTILIZATION if util_rec > obs.active else Reason.SCALE_DOWN
+
+
+def decide(policy: Policy, obs: Observation, state: LawState, now_s: float) -> tuple[Decision, LawState]:
+    """Apply the law (module docstring) to one observation; returns the decision and the new state.
+
+    ``now_s`` is the caller's clock in seconds (any monotonic origin, used only for the cooldown).
+    """
+    n = obs.active
+    first_s = now_s if state.first_s is None else state.first_s
+    horizon = now_s - policy.scale_down_cooldown_s
+    recs = tuple((t, r) for t, r in state.recommendations if t > horizon)
+    rates = obs.reporting > 0 and obs.window_s > 0
+    facts = {
+        "capacity_reject_rate": obs.capacity_reject_rate if rates else None,
+        "policy_reject_rate": obs.policy_reject_rate if rates else None,
+        "utilization": obs.utilization,
+    }
+
+    if not rates:
+        desired = n
+        if obs.stale:
+            reason, why = Reason.HOLD_STALE, _stale_text(obs)
+        elif n == 0:
+            reason, why = Reason.IDLE, "no active replicas"
+        else:
+            reason = Reason.HOLD_WARMUP
+            why = f"holding: {obs.starting} replica(s) starting" if obs.starting else "holding: first sample"
+    else:
+        raw, rule = raw_recommendation(policy, obs)
+        raw = policy.clamp(raw)
+        recs = (*recs, (now_s, raw))
+        if raw > n:
+            limit = n + obs.warm + policy.max_scale_up_step
+            desired = min(raw, limit)
+            reason = rule if rule in (Reason.SATURATED, Reason.UTILIZATION) else Reason.BOUNDS
+            why = _up_text(policy, obs, reason, raw, limit)
+        elif raw < n and obs.stale:
+            desired, reason = n, Reason.HOLD_STALE
+            why = f"{_stale_text(obs)} (demand fits {raw})"
+        elif raw < n:
+            watched = first_s <= horizon
+            floor = max(r for _, r in recs) if watched else max(n, *(r for _, r in recs))
+            desired = min(n, floor)
+            if desired < n:
+                reason = Reason.IDLE if rule is Reason.IDLE else Reason.SCALE_DOWN
+                why = _down_text(policy, obs, reason)
+            else:
+                reason = Reason.COOLDOWN
+                higher = [t for t, r in recs if r >= n]
+                lower_for = now_s - max([first_s, *higher])
+                why = (
+                    f"demand fits {raw}; holding for the scale-down cooldown "
+                    f"({lower_for:.0f} s of {policy.scale_down_cooldown_s:.0f} s)"
+                )
+        else:
+            desired, reason = n, Reason.STEADY
+            why = f"steady (capacity reject {_pct(obs.capacity_reject_rate)}" + (
+                f", utilisation {_pct(obs.utilization)})" if obs.utilization is not None else ")"
+            )
+            if rule is Reason.SATURATED:
+                why = f"capacity reject {_pct(obs.capacity_reject_rate)}, but {n} replicas cover the demand"
+                why += f" ({obs.starting} starting)" if obs.starting else ""
+    if policy.clamp(desired) != desired:
+        reason = Reason.BOUNDS
+        why = (
+            f"above maxReplicas {policy.max_replicas}"
+            if desired > policy.max_replicas
+            else f"below minReplicas {policy.min_replicas}"
+        )
+        desired = policy.clamp(desired)
+    text = f"{n} -> {desired}: {why}"
+    active = _is_active(obs, desired, rates)
+    decision = Decision(
+        current=n,
+        desired=desired,
+        reason=reason,
+        text=text,
+        metric_value=hpa_metric_value(desired, n, policy.hpa_tolerance),
+        active=active,
+        time_s=now_s,
+        **facts,
+    )
+    return decision, dataclasses.replace(state, first_s=first_s, recommendations=recs)
+
+
+def _is_active(obs: Observation, desired: int, rates: bool) -> bool:
+    """IsActive: demand, requests refused or queued, replicas still starting, or data we cannot trust."""
+    if obs.stale or obs.starting or obs.queue_depth or obs.in_flight_tokens:
+        return True
+    if rates and (obs.demand_per_s > 0 or obs.policy_rejected_per_s > 0):
+        return True
+    if not rates and obs.active > 0:
+        return True  # no rates yet: cannot tell idle from busy, so never let KEDA drop to zero
+    return desired > 0 and desired > obs.active
+
+
+def _stale_text(obs: Observation) -> str:
+    names = ", ".join(obs.stale[:3]) + (", ..." if len(obs.stale) > 3 else "")
+    return f"holding: no fresh stats from {len(obs.stale)} of {obs.active} pods ({names})"
+
+
+def _up_text(policy: Policy, obs: Observation, reason: Reason, raw: int, limit: int) -> str:
+    if reason is Reason.SATURATED:
+        why = f"capacity reject {_pct(obs.capacity_reject_rate)} across {obs.capacity_rejected_tenants} tenants"
+    elif reason is Reason.UTILIZATION:
+        why = f"token utilisation {_pct(obs.utilization or 0)} over target {_pct(policy.target_utilization)}"
+    else:
+        why = f"below minReplicas {policy.min_replicas}"
+    if raw > limit:
+        why += f" (step-limited; demand asks {raw})"
+    if obs.warm:
+        why += f" ({obs.warm} warm promoted first)"
+    return why
+
+
+def _down_text(policy: Policy, obs: Observation, reason: Reason) -> str:
+    cooldown = f"{policy.scale_down_cooldown_s:.0f} s"
+    if reason is Reason.IDLE:
+        return f"idle for {cooldown}"
+    u = obs.utilization
+    util = f"utilisation {_pct(u)}" if u is not None else "lower demand"
+    return f"{util} under target {_pct(policy.target_utilization)} for {cooldown}"

@@ -1,0 +1,74 @@
+"""Which pods a pool has: the :class:`PodSource` interface, and a static one for tests and the demo.
+
+A pod source answers "which pods does pool P in namespace N have right now, what role does
+each play, is it ready, and where is its stats endpoint". The Kubernetes-backed source lives in
+:mod:`tidegate.scaler.kube` (it needs the Kubernetes client); this module stays pure.
+
+Errors: a source that cannot answer at all raises :class:`PodSourceError` (the scaler answers
+UNAVAILABLE, so KEDA's fallback counts it) -- it never answers "no pods".
+"""
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Protocol
+
+from tidegate.api.constants import ROLE_ACTIVE, ROLE_WARM
+from tidegate.scaler.errors import PodSourceError
+
+
+@dataclass(frozen=True)
+class PodInfo:
+    """One pod of a pool.
+
+    ``url``: base URL of the sidecar (``http://10.0.0.7:8080``), or "" while the pod has no IP.
+    ``role``: the ``tidegate.dev/role`` label (``active``, ``warm``, ``draining``).
+    ``ready``: the pod's Ready condition.
+    """
+
+    name: str
+    url: str
+    role: str = ROLE_ACTIVE
+    ready: bool = True
+
+    @property
+    def active(self) -> bool:
+        return self.role == ROLE_ACTIVE
+
+    @property
+    def warm(self) -> bool:
+        return self.role == ROLE_WARM
+
+
+class PodSource(Protocol):
+    """Lists a pool's pods. Implementations: :class:`StaticPodSource`, ``kube.KubernetesPodSource``."""
+
+    async def pods(self, namespace: str, pool: str) -> list[PodInfo]:
+        """The pool's pods now; raises :class:`PodSourceError` when it cannot tell."""
+        ...
+
+    async def close(self) -> None:
+        """Release watches and connections."""
+        ...
+
+
+class StaticPodSource:
+    """A fixed (but settable) list of pods per ``(namespace, pool)``, for tests and the local demo.
+
+    ``StaticPodSource({("default", "small"): [PodInfo("small-0", "http://127.0.0.1:9001")]})``;
+    an unknown pool has no pods. Set ``failing = True`` to simulate an unreachable API server.
+    """
+
+    def __init__(self, pools: Mapping[tuple[str, str], Iterable[PodInfo]] | None = None) -> None:
+        self._pools = {key: list(pods) for key, pods in (pools or {}).items()}
+        self.failing = False
+
+    def set(self, namespace: str, pool: str, pods: Iterable[PodInfo]) -> None:
+        self._pools[(namespace, pool)] = list(pods)
+
+    async def pods(self, namespace: str, pool: str) -> list[PodInfo]:
+        if self.failing:
+            raise PodSourceError(f"pod source for {namespace}/{pool} is failing (test switch)")
+        return list(self._pools.get((namespace, pool), []))
+
+    async def close(self) -> None:
+        return None

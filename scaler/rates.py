@@ -1,0 +1,191 @@
+"""From sidecar snapshots to one :class:`~tidegate.scaler.law.Observation`: counter deltas and rates.
+
+Pure (no I/O, no clock of its own). The sidecars' ``*_total`` fields are monotonic counters
+since the sidecar process started (``admission.stats``); this module turns two snapshots of
+one pod into a :class:`PodDelta`, robust to:
+
+- **counter resets**: a new ``instance_id`` (or any counter going down) means the sidecar
+  restarted; its counters started from zero at ``started_at_s``, so the delta is the new
+  totals over ``time_s - started_at_s``;
+- **pods coming**: a pod seen for the first time that started within ``max_window_s`` is
+  counted from its start in the same way; an older one waits for a second sample;
+- **pods going**: a pod no longer listed is simply not counted (its last rejections were
+  already in earlier windows).
+
+:class:`SnapshotHistory` keeps, per pod, the snapshots of the last ``keep_s`` seconds, so a
+rate always covers about ``window_s`` of the *sidecar's* clock whoever polls and however often:
+two scaler replicas polling the same pods get the same rates (see :mod:`tidegate.scaler.service`).
+"""
+
+import collections
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from tidegate.admission.stats import StatsSnapshot
+from tidegate.scaler.law import Observation
+from tidegate.scaler.pods import PodInfo
+
+
+@dataclass(frozen=True)
+class PodDelta:
+    """Counts of one pod over ``window_s`` seconds (its own clock); ``reset``: counted from its start."""
+
+    window_s: float
+    admitted: int
+    capacity_rejected: int
+    policy_rejected: int
+    capacity_rejected_tenants: frozenset[str]
+    reset: bool = False
+
+
+def _counters(s: StatsSnapshot) -> tuple[int, int, int]:
+    return s.admitted_total, s.capacity_rejected_total, s.policy_rejected_total
+
+
+def _from_start(cur: StatsSnapshot, max_window_s: float) -> PodDelta | None:
+    window = cur.time_s - cur.started_at_s
+    if not 0 < window <= max_window_s:
+        return None
+    admitted, cap, pol = _counters(cur)
+    tenants = frozenset(name for name, t in cur.tenants.items() if t.capacity_rejected > 0)
+    return PodDelta(window, admitted, cap, pol, tenants, reset=True)
+
+
+def pod_delta(prev: StatsSnapshot | None, cur: StatsSnapshot, max_window_s: float) -> PodDelta | None:
+    """Counts between ``prev`` and ``cur`` of one pod; None when there is no usable baseline.
+
+    ``max_window_s`` bounds how far back a pod's start may be used as a zero baseline.
+    """
+    if prev is not None and prev.instance_id == cur.instance_id:
+        if cur.time_s <= prev.time_s:
+            return None
+        before, after = _counters(prev), _counters(cur)
+        # a counter that went down without a new instance_id is a reset too (falls through)
+        if all(a >= b for a, b in zip(after, before, strict=True)):
+            tenants = frozenset(
+                name
+                for name, t in cur.tenants.items()
+                if t.capacity_rejected > (prev.tenants[name].capacity_rejected if name in prev.tenants else 0)
+            )
+            return PodDelta(
+                cur.time_s - prev.time_s,
+                after[0] - before[0],
+                after[1] - before[1],
+                after[2] - before[2],
+                tenants,
+            )
+    return _from_start(cur, max_window_s)
+
+
+class SnapshotHistory:
+    """Per-pod ring of recent snapshots of one pool, and the baseline for a window.
+
+    Keyed by the pod's name as the pod source lists it. ``record(pod, snapshot)`` stores one;
+    ``baseline(pod, cur, window_s)`` returns the newest stored snapshot
+    of the same pod taken at least ``window_s`` before ``cur`` (or the oldest one, if none is that
+    old). Snapshots older than ``keep_s`` (sidecar clock) and pods not seen for ``keep_s`` are
+    dropped, so memory is bounded by pods x polls per ``keep_s``.
+    """
+
+    def __init__(self, keep_s: float) -> None:
+        self.keep_s = keep_s
+        self._by_pod: dict[str, collections.deque[StatsSnapshot]] = {}
+
+    def baseline(self, pod: str, cur: StatsSnapshot, window_s: float) -> StatsSnapshot | None:
+        ring = self._by_pod.get(pod)
+        if not ring:
+            return None
+        older = [s for s in ring if s.time_s < cur.time_s]
+        if not older:
+            return None
+        cutoff = cur.time_s - window_s
+        at_or_before = [s for s in older if s.time_s <= cutoff]
+        return at_or_before[-1] if at_or_before else older[0]
+
+    def record(self, pod: str, snap: StatsSnapshot) -> None:
+        ring = self._by_pod.setdefault(pod, collections.deque())
+        if ring and ring[-1].time_s >= snap.time_s:
+            return  # the same (or an older) document again: nothing new
+        ring.append(snap)
+        while ring and ring[0].time_s < snap.time_s - self.keep_s:
+            ring.popleft()
+
+    def forget_except(self, pods: Iterable[str], newest_s: float) -> None:
+        """Drop pods not in ``pods`` whose newest snapshot is older than ``keep_s`` before ``newest_s``."""
+        keep = set(pods)
+        for name in list(self._by_pod):
+            ring = self._by_pod[name]
+            if name not in keep and (not ring or ring[-1].time_s < newest_s - self.keep_s):
+                del self._by_pod[name]
+
+    def __len__(self) -> int:
+        return sum(len(r) for r in self._by_pod.values())
+
+
+def observe(
+    pods: Iterable[PodInfo],
+    current: Mapping[str, StatsSnapshot],
+    baselines: Mapping[str, StatsSnapshot | None],
+    now_s: float,
+    stale_after_s: float,
+    max_window_s: float,
+) -> Observation:
+    """Sum one poll of a pool into an :class:`Observation`.
+
+    ``pods``: the pool's pods (from a pod source); ``current``: the stats each pod answered with
+    (keyed by pod name; absent = no answer); ``baselines``: each pod's earlier snapshot (or None).
+    ``now_s``: wall-clock Unix seconds (snapshots carry the sidecar's wall clock); a snapshot older
+    than ``stale_after_s`` counts as missing. Only ``active`` pods contribute; warm pods count as
+    promotable when ready. A ready active pod without fresh stats is *stale* (the law will not
+    scale down); a not-ready one is *starting*.
+    """
+    active = starting = warm = reporting = fresh = 0
+    stale: list[str] = []
+    windows: list[float] = []
+    admitted = cap = pol = 0.0
+    tenants: set[str] = set()
+    in_flight = budget = queue = 0
+    for pod in pods:
+        if pod.warm and pod.ready:
+            warm += 1
+        if not pod.active:
+            continue
+        active += 1
+        snap = current.get(pod.name)
+        if snap is None or now_s - snap.time_s > stale_after_s:
+            if pod.ready:
+                stale.append(pod.name)
+            else:
+                starting += 1
+            continue
+        if not pod.ready:
+            starting += 1
+        fresh += 1
+        in_flight += snap.in_flight_tokens
+        budget += snap.token_budget
+        queue += snap.queue_depth
+        delta = pod_delta(baselines.get(pod.name), snap, max_window_s)
+        if delta is None:
+            continue
+        reporting += 1
+        windows.append(delta.window_s)
+        admitted += delta.admitted / delta.window_s
+        cap += delta.capacity_rejected / delta.window_s
+        pol += delta.policy_rejected / delta.window_s
+        tenants |= delta.capacity_rejected_tenants
+    return Observation(
+        active=active,
+        starting=starting,
+        warm=warm,
+        reporting=reporting,
+        stale=tuple(sorted(stale)),
+        window_s=sum(windows) / len(windows) if windows else 0.0,
+        admitted_per_s=admitted,
+        capacity_rejected_per_s=cap,
+        policy_rejected_per_s=pol,
+        capacity_rejected_tenants=len(tenants),
+        in_flight_tokens=in_flight,
+        token_budget=budget,
+        fresh=fresh,
+        queue_depth=queue,
+    )

@@ -1,0 +1,158 @@
+"""The scaling law, case by case: what a platform engineer sees in the Event text and the replica count."""
+
+from tests.unit.scaler.helpers import hpa_replicas, obs
+from tidegate.api.scaling import ScalingSpec
+from tidegate.scaler.law import LawState, Policy, Reason, decide, hpa_metric_value
+
+WIDE = Policy(min_replicas=1, max_replicas=20)
+
+
+def test_saturated_pool_sizes_from_capacity_demand_and_explains_itself() -> None:
+    # 69 admitted/s by 4 replicas = 17.25/replica; demand 100/s at 75 % target -> ceil(7.73) = 8
+    d, _ = decide(WIDE, obs(admitted=69, capacity=31, util=0.95), LawState(), now_s=0)
+    assert (d.desired, d.reason) == (8, Reason.SATURATED)
+    assert d.text == "4 -> 8: capacity reject 31% across 5 tenants"
+    assert d.active and d.capacity_reject_rate == 0.31
+
+
+def test_step_limit_caps_one_decision_and_says_what_demand_asked() -> None:
+    policy = Policy(min_replicas=1, max_replicas=20, max_scale_up_step=2)
+    d, _ = decide(policy, obs(admitted=69, capacity=31), LawState(), now_s=0)
+    assert d.desired == 6
+    assert d.text == "4 -> 6: capacity reject 31% across 5 tenants (step-limited; demand asks 8)"
+
+
+def test_ready_warm_replicas_do_not_use_up_the_step() -> None:
+    d, _ = decide(WIDE, obs(admitted=10, capacity=90, warm=2), LawState(), now_s=0)
+    assert d.desired == 4 + 2 + 4
+    assert "(2 warm promoted first)" in d.text
+
+
+def test_policy_rejections_alone_buy_nothing() -> None:
+    # one tenant far over its quota: 500 policy rejections/s, no capacity rejection
+    d, _ = decide(WIDE, obs(admitted=100, policy=500), LawState(), now_s=0)
+    assert (d.desired, d.reason) == (4, Reason.STEADY)
+    assert d.policy_reject_rate is not None and d.policy_reject_rate > 0.8
+
+
+def test_capacity_rejections_below_target_rate_do_not_scale_out() -> None:
+    d, _ = decide(WIDE, obs(admitted=100, capacity=1), LawState(), now_s=0)  # 1 % < 2 %
+    assert d.desired == 4
+
+
+def test_high_token_utilisation_scales_out_before_anything_is_refused() -> None:
+    d, _ = decide(WIDE, obs(util=0.95), LawState(), now_s=0)
+    assert (d.desired, d.reason) == (6, Reason.UTILIZATION)  # ceil(0.95 * 4 / 0.75)
+    assert d.text == "4 -> 6: token utilisation 95% over target 75%"
+
+
+def test_scale_down_waits_for_a_whole_cooldown_of_lower_demand() -> None:
+    policy = Policy(min_replicas=1, max_replicas=20, scale_down_cooldown_s=300)
+    low = obs(active=6, util=0.3)  # fits ceil(0.3 * 6 / 0.75) = 3
+    state = LawState()
+    d, state = decide(policy, low, state, now_s=0)
+    assert (d.desired, d.reason) == (6, Reason.COOLDOWN)
+    d, state = decide(policy, low, state, now_s=150)
+    assert d.desired == 6
+    assert d.text == "6 -> 6: demand fits 3; holding for the scale-down cooldown (150 s of 300 s)"
+    d, state = decide(policy, low, state, now_s=300)
+    assert (d.desired, d.reason) == (3, Reason.SCALE_DOWN)
+    assert d.text == "6 -> 3: utilisation 30% under target 75% for 300 s"
+
+
+def test_a_spike_inside_the_cooldown_restarts_it() -> None:
+    policy = Policy(min_replicas=1, max_replicas=20, scale_down_cooldown_s=300)
+    state = LawState()
+    _, state = decide(policy, obs(active=6, util=0.3), state, now_s=0)
+    _, state = decide(policy, obs(active=6, util=0.75), state, now_s=200)  # busy again for one poll
+    d, state = decide(policy, obs(active=6, util=0.3), state, now_s=400)
+    assert d.desired == 6
+    d, _ = decide(policy, obs(active=6, util=0.3), state, now_s=501)
+    assert d.desired == 3
+
+
+def test_stale_pods_never_scale_down_and_the_text_names_them() -> None:
+    policy = Policy(min_replicas=1, max_replicas=20, scale_down_cooldown_s=0)
+    o = obs(active=4, util=0.1, reporting=3, fresh=3, stale=("small-3",))
+    d, _ = decide(policy, o, LawState(), now_s=0)
+    assert (d.desired, d.reason) == (4, Reason.HOLD_STALE)
+    assert "no fresh stats from 1 of 4 pods (small-3)" in d.text
+    assert d.active
+
+
+def test_stale_pods_do_not_stop_a_scale_up_the_others_prove() -> None:
+    o = obs(active=4, admitted=69, capacity=31, reporting=3, fresh=3, stale=("small-3",))
+    d, _ = decide(WIDE, o, LawState(), now_s=0)
+    assert d.desired > 4
+
+
+def test_no_stats_at_all_holds_and_stays_active() -> None:
+    o = obs(active=4, reporting=0, fresh=0, stale=("a", "b", "c", "d"), in_flight_tokens=0, token_budget=0)
+    d, _ = decide(Policy(scale_down_cooldown_s=0), o, LawState(), now_s=0)
+    assert (d.desired, d.reason, d.active) == (4, Reason.HOLD_STALE, True)
+    assert d.text == "4 -> 4: holding: no fresh stats from 4 of 4 pods (a, b, c, ...)"
+
+
+def test_first_sample_has_no_rate_so_it_holds() -> None:
+    d, _ = decide(WIDE, obs(window_s=0.0, util=0.1), LawState(), now_s=0)
+    assert (d.desired, d.reason) == (4, Reason.HOLD_WARMUP)
+    assert d.active
+
+
+def test_idle_pool_goes_to_min_after_the_cooldown_and_becomes_inactive() -> None:
+    policy = Policy(min_replicas=0, max_replicas=8, scale_down_cooldown_s=60)
+    idle = obs(active=2, admitted=0, util=0.0)
+    d, state = decide(policy, idle, LawState(), now_s=0)
+    assert d.desired == 2 and d.active is False  # KEDA decides N -> 0 with its own cooldownPeriod
+    d, _ = decide(policy, idle, state, now_s=60)
+    assert (d.desired, d.reason) == (0, Reason.IDLE)
+
+
+def test_replicas_still_starting_keep_the_pool_active() -> None:
+    d, _ = decide(Policy(min_replicas=0), obs(active=1, admitted=0, util=0.0, starting=1), LawState(), now_s=0)
+    assert d.active
+
+
+def test_saturated_pool_with_replicas_starting_does_not_double_count() -> None:
+    # 6 active, 2 of them still loading the model: the 4 serving ones say 6 are enough
+    o = obs(active=6, admitted=80, capacity=20, reporting=4, fresh=4, starting=2, util=0.5)
+    d, _ = decide(Policy(min_replicas=1, max_replicas=20, target_utilization=1.0), o, LawState(), now_s=0)
+    assert (d.desired, d.reason) == (6, Reason.STEADY)
+    assert "(2 starting)" in d.text
+
+
+def test_bounds_are_enforced_and_explained() -> None:
+    d, _ = decide(Policy(max_replicas=8), obs(active=12, util=0.75), LawState(), now_s=0)
+    assert (d.desired, d.reason, d.text) == (8, Reason.BOUNDS, "12 -> 8: above maxReplicas 8")
+    d, _ = decide(Policy(min_replicas=2), obs(active=0, reporting=0, fresh=0), LawState(), now_s=0)
+    assert (d.desired, d.text) == (2, "0 -> 2: below minReplicas 2")
+
+
+def test_hpa_tolerance_cannot_park_a_saturated_pool() -> None:
+    policy = Policy(min_replicas=1, max_replicas=40, target_utilization=0.95)
+    # 10 replicas admit 100/s and refuse 3/s: ceil(103 / (10 * 0.95)) = 11
+    d, _ = decide(policy, obs(active=10, admitted=100, capacity=3), LawState(), now_s=0)
+    assert d.desired == 11
+    assert hpa_replicas(10, 11.0, 1, 40) == 10  # the trap: 11/10 is within the HPA's 10 %
+    assert d.metric_value == 12.0
+    assert hpa_replicas(10, d.metric_value, 1, 40) == 12
+
+
+def test_metric_value_lands_the_hpa_exactly_when_outside_its_tolerance() -> None:
+    for current, desired in [(4, 8), (4, 5), (10, 13), (10, 4), (3, 3)]:
+        assert hpa_metric_value(desired, current) == float(desired)
+        if desired != current:
+            assert hpa_replicas(current, float(desired), 1, 100) == desired
+
+
+def test_policy_comes_from_the_pool_spec() -> None:
+    spec = ScalingSpec.model_validate({"minReplicas": 2, "maxReplicas": 9, "scaleDownCooldownSeconds": 30})
+    p = Policy.from_spec(spec)
+    assert (p.min_replicas, p.max_replicas, p.scale_down_cooldown_s, p.target_utilization) == (2, 9, 30.0, 0.75)
+
+
+def test_nothing_admitted_at_all_takes_a_full_step() -> None:
+    # every request refused for capacity (e.g. every breaker open): no per-replica capacity to divide by
+    d, _ = decide(WIDE, obs(admitted=0, capacity=50), LawState(), now_s=0)
+    assert (d.desired, d.reason) == (8, Reason.SATURATED)
+    assert "step-limited; demand asks 20" in d.text

@@ -1,0 +1,108 @@
+"""Counter deltas and pool observations from sidecar snapshots: resets, pods coming and going, staleness."""
+
+from tidegate.admission.reasons import Reason
+from tidegate.admission.stats import StatsSnapshot, TenantCounters
+from tidegate.scaler.pods import PodInfo
+from tidegate.scaler.rates import SnapshotHistory, observe, pod_delta
+
+
+def snap(
+    t: float,
+    admitted: int = 0,
+    queue_full: int = 0,
+    tenant_rate: int = 0,
+    instance: str = "i1",
+    started: float = 0.0,
+    pod: str = "p0",
+    **kw: object,
+) -> StatsSnapshot:
+    tenants = {"acme": TenantCounters(admitted=admitted, capacity_rejected=queue_full, policy_rejected=tenant_rate)}
+    return StatsSnapshot(
+        pod=pod,
+        instance_id=instance,
+        started_at_s=started,
+        time_s=t,
+        admitted_total=admitted,
+        rejected_total={Reason.QUEUE_FULL: queue_full, Reason.TENANT_RATE: tenant_rate},
+        tenants=tenants,
+        **kw,
+    )
+
+
+def test_delta_between_two_snapshots_of_one_process() -> None:
+    d = pod_delta(snap(100, admitted=10, queue_full=1), snap(160, admitted=70, queue_full=7, tenant_rate=3), 120)
+    assert d is not None
+    assert (d.window_s, d.admitted, d.capacity_rejected, d.policy_rejected) == (60, 60, 6, 3)
+    assert d.capacity_rejected_tenants == {"acme"} and not d.reset
+
+
+def test_restarted_sidecar_is_counted_from_its_start_not_as_negative_demand() -> None:
+    before = snap(100, admitted=5000, queue_full=900, instance="old")
+    after = snap(160, admitted=40, queue_full=2, instance="new", started=130)
+    d = pod_delta(before, after, 120)
+    assert d is not None and d.reset
+    assert (d.window_s, d.admitted, d.capacity_rejected) == (30, 40, 2)
+
+
+def test_counter_going_down_without_new_instance_is_treated_as_a_reset() -> None:
+    d = pod_delta(snap(100, admitted=500), snap(160, admitted=20, started=150), 120)
+    assert d is not None and d.reset and d.admitted == 20
+
+
+def test_new_pod_counts_from_its_start_but_an_old_unknown_pod_waits() -> None:
+    young = pod_delta(None, snap(160, admitted=30, started=100), max_window_s=120)
+    assert young is not None and (young.window_s, young.admitted) == (60, 30)
+    assert pod_delta(None, snap(10_000, admitted=30, started=100), max_window_s=120) is None
+
+
+def test_same_document_twice_has_no_rate() -> None:
+    assert pod_delta(snap(100, admitted=1), snap(100, admitted=1), 120) is None
+
+
+def test_history_picks_the_newest_snapshot_a_whole_window_back() -> None:
+    h = SnapshotHistory(keep_s=300)
+    for t in (0, 15, 30, 45, 60, 75):
+        h.record("p0", snap(t))
+    base = h.baseline("p0", snap(90), window_s=60)
+    assert base is not None and base.time_s == 30
+    young = h.baseline("p0", snap(20), window_s=60)  # not a whole window yet: the oldest there is
+    assert young is not None and young.time_s == 0
+    assert h.baseline("other", snap(90), 60) is None
+
+
+def test_history_is_bounded_and_forgets_pods_that_left() -> None:
+    h = SnapshotHistory(keep_s=100)
+    for t in range(0, 1000, 10):
+        h.record("p0", snap(t))
+        h.record("gone", snap(min(t, 200)))
+    assert len(h) <= 12 + 12
+    h.forget_except(["p0"], newest_s=990)
+    assert h.baseline("gone", snap(1000), 60) is None
+    assert h.baseline("p0", snap(1000), 60) is not None
+
+
+def test_observation_sums_active_pods_and_separates_stale_from_starting() -> None:
+    pods = [
+        PodInfo("a", "http://a"),
+        PodInfo("b", "http://b"),
+        PodInfo("c", "http://c"),  # ready, but its stats are 100 s old
+        PodInfo("d", "http://d", ready=False),  # loading the model
+        PodInfo("w", "http://w", role="warm"),
+        PodInfo("x", "http://x", role="draining"),
+    ]
+    common = {"in_flight_tokens": 500, "token_budget": 1000, "queue_depth": 2}
+    current = {
+        "a": snap(160, admitted=70, queue_full=10, **common),
+        "b": snap(160, admitted=40, tenant_rate=30, **common),
+        "c": snap(60, admitted=1, **common),
+        "w": snap(160, tenant_rate=99),
+        "x": snap(160, admitted=500),
+    }
+    baselines = {"a": snap(100, admitted=10, queue_full=4), "b": snap(100, admitted=10)}
+    o = observe(pods, current, baselines, now_s=161, stale_after_s=45, max_window_s=120)
+    assert (o.active, o.starting, o.warm, o.reporting, o.fresh, o.stale) == (4, 1, 1, 2, 2, ("c",))
+    assert o.admitted_per_s == (60 + 30) / 60
+    assert o.capacity_rejected_per_s == 6 / 60
+    assert o.policy_rejected_per_s == 30 / 60
+    assert o.capacity_rejected_tenants == 1
+    assert (o.in_flight_tokens, o.token_budget, o.queue_depth) == (1000, 2000, 4)
