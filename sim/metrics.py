@@ -84,6 +84,7 @@ class VllmMetrics:
             registry=reg,
         )
         self._labels = labels
+        self._success_by_reason: dict[str, Counter] = {}
 
         def histogram(name: str, doc: str, buckets: tuple[float, ...]) -> Histogram:
             return Histogram(f"vllm:{name}", doc, names, buckets=buckets, registry=reg).labels(**labels)
@@ -112,7 +113,12 @@ class VllmMetrics:
         return float(self._gauges()[name])
 
     def request_succeeded(self, finished_reason: str) -> None:
-        self._success.labels(**self._labels, finished_reason=finished_reason).inc()
+        child = self._success_by_reason.get(finished_reason)
+        if child is None:
+            child = self._success_by_reason[finished_reason] = self._success.labels(
+                **self._labels, finished_reason=finished_reason
+            )
+        child.inc()
 
     def freeze(self, overrides: Mapping[str, float] | None) -> None:
         """Pin the gauges at their current values updated by ``overrides``; ``None`` unfreezes."""

@@ -19,6 +19,7 @@ runner cancels handlers on disconnect, as vLLM aborts on ``is_disconnected``), s
 import asyncio
 import dataclasses
 import json
+import logging
 import random
 import socket
 import time
@@ -33,6 +34,8 @@ from tidegate.sim import protocol, tokenizer
 from tidegate.sim.clock import ScaledClock
 from tidegate.sim.metrics import VllmMetrics
 from tidegate.sim.replica import Event, EventKind, PromptTooLong, ReplicaConfig, ReplicaModel
+
+log = logging.getLogger(__name__)
 
 _SSE_HEADERS = {
     "Content-Type": "text/event-stream; charset=utf-8",
@@ -290,6 +293,7 @@ class SimBackend:
     # -- lifecycle -------------------------------------------------------------------------
     async def _driver_ctx(self, _: web.Application):
         task = asyncio.create_task(self._drive(), name="sim-backend-driver")
+        task.add_done_callback(_report_crash)
         yield
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
@@ -331,6 +335,12 @@ class SimBackend:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.stop()
+
+
+def _report_crash(task: asyncio.Task) -> None:
+    # A dead driver would hang every request silently; say so loudly instead.
+    if not task.cancelled() and task.exception() is not None:
+        log.error("sim-backend driver crashed; no more tokens will be emitted", exc_info=task.exception())
 
 
 def _one_string(prompt: object) -> str:

@@ -24,7 +24,8 @@ async def test_stream_arrives_token_by_token_with_the_modelled_gaps(start_sim, h
     arrivals = [t for t, _ in events[1:-1]]
     gaps = [b - a for a, b in itertools.pairwise(arrivals)]
     assert abs(statistics.median(gaps) - 0.050) < 0.010, gaps
-    assert min(gaps) > 0.030, gaps
+    # tokens are paced by model time, so one late wake-up does not push the later tokens back
+    assert abs((arrivals[-1] - arrivals[0]) - 9 * 0.050) < 0.030, gaps
 
 
 async def test_time_scale_runs_the_model_faster_than_real_time(start_sim, http) -> None:
