@@ -1,0 +1,110 @@
+"""Per-tenant policy state: a concurrency count held until the response ends, and a token bucket.
+
+- **Concurrency** counts requests accepted (queued or in flight) and is decremented only when the
+  request is released, cancelled or refused from the queue: it is not a refilling bucket.
+- **Token rate**: a bucket of ``burstTokens`` (default 10 s of ``tokensPerSecond``) refilling at
+  ``tokensPerSecond``. Accepting a request takes its reserved tokens; releasing it refunds what was
+  reserved but not used (usage reported by the backend, else the reservation: never zero), so the
+  tenant is charged by usage. A request larger than the whole bucket can never pass: refused as
+  ``request_too_large``, not ``tenant_rate``.
+
+Idle tenants (nothing accepted, bucket full) hold no state: :meth:`TenantBook.prune` drops them, so
+state is bounded by active tenants, not by every tenant ever seen.
+
+Pure: times are passed in.
+"""
+
+from dataclasses import dataclass, field
+
+from tidegate.api.admission import TenancySpec, TenantPolicy
+
+
+def burst_tokens(policy: TenantPolicy) -> float:
+    """Bucket size in tokens (``inf`` when the tenant has no rate limit)."""
+    if policy.tokens_per_second is None:
+        return float("inf")
+    return float(policy.burst_tokens or 10.0 * policy.tokens_per_second)
+
+
+@dataclass(slots=True)
+class TenantState:
+    """Live state of one tenant. ``accepted``: requests queued or in flight; ``running_tokens``:
+    reserved tokens of its admitted (in-flight) requests."""
+
+    policy: TenantPolicy
+    accepted: int = 0
+    running_tokens: int = 0
+    bucket_tokens: float = float("inf")
+    bucket_at_s: float = 0.0
+
+    def refill(self, now: float) -> float:
+        """Bring the bucket up to ``now``; returns the tokens available."""
+        rate = self.policy.tokens_per_second
+        if rate is None:
+            self.bucket_tokens = float("inf")
+        else:
+            burst = burst_tokens(self.policy)
+            self.bucket_tokens = min(burst, self.bucket_tokens + rate * max(0.0, now - self.bucket_at_s))
+        self.bucket_at_s = now
+        return self.bucket_tokens
+
+    def rate_wait_s(self, tokens: int, now: float) -> float:
+        """Seconds until the bucket holds ``tokens`` (0 when it does now)."""
+        available = self.refill(now)
+        if available >= tokens:
+            return 0.0
+        return (tokens - available) / (self.policy.tokens_per_second or 1.0)
+
+    def take(self, tokens: int, now: float) -> None:
+        """Take ``tokens`` from the bucket (the caller checked :meth:`rate_wait_s`)."""
+        self.refill(now)
+        self.bucket_tokens -= tokens
+
+    def give_back(self, tokens: int, now: float) -> None:
+        """Refund ``tokens`` (unused reservation, or a request that never ran)."""
+        self.refill(now)
+        self.bucket_tokens = min(burst_tokens(self.policy), self.bucket_tokens + tokens)
+
+    def idle(self, now: float) -> bool:
+        """Nothing accepted and the bucket full: the state can be forgotten."""
+        return self.accepted == 0 and self.refill(now) >= burst_tokens(self.policy)
+
+
+@dataclass(slots=True)
+class TenantBook:
+    """Policies by tenant name and the state of active tenants."""
+
+    spec: TenancySpec
+    states: dict[str, TenantState] = field(default_factory=dict)
+    _policies: dict[str, TenantPolicy] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.reconfigure(self.spec)
+
+    def reconfigure(self, spec: TenancySpec) -> None:
+        """New policies apply at once; live counts are kept, buckets are clamped to the new burst."""
+        self.spec = spec
+        self._policies = {t.name: t for t in spec.tenants}
+        for name, state in self.states.items():
+            state.policy = self.policy(name)
+            state.bucket_tokens = min(state.bucket_tokens, burst_tokens(state.policy))
+
+    def policy(self, tenant: str) -> TenantPolicy:
+        """The tenant's own policy, else the default."""
+        return self._policies.get(tenant, self.spec.default)
+
+    def state(self, tenant: str, now: float) -> TenantState:
+        """The tenant's live state, created (bucket full) on first use."""
+        state = self.states.get(tenant)
+        if state is None:
+            policy = self.policy(tenant)
+            state = TenantState(policy=policy, bucket_tokens=burst_tokens(policy), bucket_at_s=now)
+            self.states[tenant] = state
+        return state
+
+    def prune(self, now: float) -> int:
+        """Forget idle tenants; returns how many were dropped."""
+        idle = [name for name, state in self.states.items() if state.idle(now)]
+        for name in idle:
+            del self.states[name]
+        return len(idle)

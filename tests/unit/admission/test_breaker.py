@@ -1,0 +1,162 @@
+"""Circuit breaker: trips on degradation only, cools down with doubling, probes never lock out."""
+
+import pytest
+
+from tidegate.admission.breaker import Breaker, BreakerState, BreakerTuning, Completion
+from tidegate.api.admission import CircuitBreakerSpec
+
+from .helpers import FakeClock
+
+
+def breaker(clock: FakeClock, **spec: object) -> Breaker:
+    return Breaker(CircuitBreakerSpec.model_validate({"minSamples": 4, **spec}), BreakerTuning(stall_s=5.0), clock)
+
+
+def trip(b: Breaker) -> None:
+    for _ in range(5):
+        b.record(Completion.FAILURE)
+
+
+def probe_all(b: Breaker, outcome: Completion) -> int:
+    """Offer arrivals until the half-open sample is taken; every probe ends with ``outcome``."""
+    probes = []
+    for _ in range(20):
+        allowed, epoch = b.allow()
+        if allowed:
+            probes.append(epoch)
+    for epoch in probes:
+        b.record(outcome, 0.01, epoch)
+    return len(probes)
+
+
+def test_a_burst_of_failures_opens_and_refuses_until_the_cooldown_ends() -> None:
+    clock = FakeClock()
+    b = breaker(clock)
+    trip(b)
+    assert b.state is BreakerState.OPEN
+    assert b.allow() == (False, None)
+    assert b.retry_after_s() == pytest.approx(60.0)
+    clock.advance(59.9)
+    assert b.state is BreakerState.OPEN
+    clock.advance(0.1)
+    assert b.state is BreakerState.HALF_OPEN
+
+
+def test_upstream_429_and_cancellations_never_trip() -> None:
+    b = breaker(FakeClock())
+    for _ in range(50):
+        b.record(Completion.NEUTRAL)
+        b.record(Completion.CANCELLED)
+    assert b.state is BreakerState.CLOSED
+
+
+def test_error_ratio_over_the_window_trips() -> None:
+    b = breaker(FakeClock(), errorRatio=0.5)
+    for _ in range(4):  # ok, fail alternating: never 5 in a row, never over half
+        b.record(Completion.SUCCESS, 0.01)
+        b.record(Completion.FAILURE)
+    assert b.state is BreakerState.CLOSED  # 50% is not over 50%
+    b.record(Completion.FAILURE)
+    assert b.state is BreakerState.OPEN
+
+
+def test_half_open_lets_every_other_arrival_through_and_closes_on_success() -> None:
+    clock = FakeClock()
+    b = breaker(clock)
+    trip(b)
+    clock.advance(60)
+    decisions = [b.allow()[0] for _ in range(10)]
+    assert decisions == [True, False] * 5
+    assert b.allow()[0] is False  # sample taken, outcomes pending
+    epoch = b.epoch
+    for _ in range(5):
+        b.record(Completion.SUCCESS, 0.01, epoch)
+    assert b.state is BreakerState.CLOSED
+
+
+def test_failed_probes_reopen_with_doubling_cooldown_capped() -> None:
+    clock = FakeClock()
+    b = breaker(clock)
+    trip(b)
+    cooldowns = []
+    for _ in range(4):
+        cooldowns.append(b.retry_after_s())
+        clock.advance(b.retry_after_s())
+        probe_all(b, Completion.FAILURE)
+        assert b.state is BreakerState.OPEN
+    assert cooldowns == [60.0, 120.0, 240.0, 300.0]
+    clock.advance(300)
+    probe_all(b, Completion.SUCCESS)
+    assert b.state is BreakerState.CLOSED
+    trip(b)
+    assert b.retry_after_s() == 60.0  # a close resets the doubling
+
+
+@pytest.mark.parametrize("outcome", [Completion.NEUTRAL, Completion.CANCELLED])
+def test_probes_without_a_verdict_free_their_slot(outcome: Completion) -> None:
+    clock = FakeClock()
+    b = breaker(clock)
+    trip(b)
+    clock.advance(60)
+    for _ in range(3):  # whole samples end neutral: more probes keep being let through
+        assert probe_all(b, outcome) == 5
+    assert b.state is BreakerState.HALF_OPEN
+    probe_all(b, Completion.SUCCESS)
+    assert b.state is BreakerState.CLOSED
+
+
+def test_outcomes_of_an_earlier_half_open_period_are_not_probes() -> None:
+    clock = FakeClock()
+    b = breaker(clock)
+    trip(b)
+    clock.advance(60)
+    _, old_epoch = b.allow()
+    probe_all(b, Completion.FAILURE)  # reopens: new epoch
+    clock.advance(120)
+    for _ in range(5):
+        b.record(Completion.SUCCESS, 0.01, old_epoch)
+    assert b.state is BreakerState.HALF_OPEN
+
+
+def test_latency_over_the_calibrated_baseline_trips() -> None:
+    b = breaker(FakeClock(), latencyMultiplier=3.0)
+    for _ in range(20):
+        b.record(Completion.SUCCESS, 0.5)
+    assert b.baseline_ttft_s == pytest.approx(0.5)
+    for _ in range(3):
+        b.record(Completion.SUCCESS, 1.4)
+    assert b.state is BreakerState.CLOSED
+    for _ in range(10):
+        b.record(Completion.SUCCESS, 5.0)
+    assert b.state is BreakerState.OPEN
+    assert "TTFT" in b.last_trip_reason
+
+
+def test_jitter_on_a_microsecond_baseline_does_not_trip() -> None:
+    b = breaker(FakeClock())
+    for _ in range(20):
+        b.record(Completion.SUCCESS, 0.0001)
+    for _ in range(20):
+        b.record(Completion.SUCCESS, 0.05)  # 500x the baseline, still under 3 x the 0.25 s floor
+    assert b.state is BreakerState.CLOSED
+
+
+def test_no_token_progress_with_requests_in_flight_trips() -> None:
+    clock = FakeClock()
+    b = breaker(clock)
+    b.check_stall(in_flight=0, progress_ref_s=0.0)
+    assert b.state is BreakerState.CLOSED  # idle is not a stall
+    last_progress = clock.now
+    clock.advance(4.9)
+    b.check_stall(in_flight=3, progress_ref_s=last_progress)
+    assert b.state is BreakerState.CLOSED
+    clock.advance(0.1)
+    b.check_stall(in_flight=3, progress_ref_s=last_progress)
+    assert b.state is BreakerState.OPEN
+    assert "progress" in b.last_trip_reason
+
+
+def test_a_disabled_breaker_lets_everything_through() -> None:
+    b = breaker(FakeClock(), enabled=False)
+    trip(b)
+    assert b.allow() == (True, None)

@@ -1,0 +1,286 @@
+"""The admission engine's decisions, as a client of the sidecar would see them."""
+
+import pytest
+
+from tidegate.admission.breaker import BreakerState, Completion
+from tidegate.admission.engine import EngineTuning, Telemetry
+from tidegate.admission.reasons import Outcome, Reason
+from tidegate.admission.ticket import TicketState, TicketStateError
+
+from .helpers import FakeClock, admission, engine, tokens
+
+ONE_CLASS = {"priorityClasses": [{"name": "std", "ttftSloMs": 60_000}], "defaultPriorityClass": "std"}
+
+
+def test_admits_within_budget_and_queues_beyond() -> None:
+    e = engine(**ONE_CLASS)
+    first = [e.submit("a", None, tokens(300)) for _ in range(3)]
+    assert [t.state for t in first] == [TicketState.ADMITTED] * 3
+    assert e.in_flight_tokens == 900
+    waiting = e.submit("a", None, tokens(300))
+    assert waiting.state is TicketState.QUEUED
+    e.release(first[0], Completion.SUCCESS)
+    assert waiting.state is TicketState.ADMITTED
+    assert e.take_settled() == [waiting]
+
+
+def test_release_twice_is_an_error() -> None:
+    e = engine()
+    t = e.submit("a", None, tokens(10))
+    e.release(t, Completion.SUCCESS)
+    with pytest.raises(TicketStateError):
+        e.release(t, Completion.SUCCESS)
+    assert e.in_flight_tokens == 0 and e.in_flight_requests == 0
+
+
+def test_a_client_gone_while_queued_is_never_dispatched() -> None:
+    e = engine(**ONE_CLASS)
+    running = e.submit("a", None, tokens(1000))
+    gone = e.submit("b", None, tokens(500))
+    assert gone.state is TicketState.QUEUED
+    assert e.cancel(gone)
+    assert not e.cancel(gone)  # idempotent
+    e.release(running, Completion.SUCCESS)
+    assert gone.state is TicketState.CANCELLED
+    assert e.in_flight_requests == 0 and e.queue.depth == 0
+    assert e.tenants.state("b", 0).accepted == 0
+
+
+def test_queue_timeout_refuses_with_a_retry_time() -> None:
+    clock = FakeClock()
+    e = engine(clock, queue={"maxWaitMs": 5000}, **ONE_CLASS)
+    e.submit("a", None, tokens(1000))
+    queued = e.submit("b", None, tokens(100))
+    clock.advance(4.9)
+    assert e.expire() == []
+    clock.advance(0.1)
+    assert e.expire() == [queued]
+    assert queued.reason is Reason.QUEUE_TIMEOUT and queued.retry_after_s > 0
+
+
+def test_a_request_that_cannot_start_before_its_deadline_is_refused_at_once() -> None:
+    clock = FakeClock()
+    e = engine(clock, tuning=EngineTuning(prior_duration_s=10.0))  # interactive SLO 2 s
+    running = e.submit("a", None, tokens(800))
+    assert running.state is TicketState.ADMITTED
+    late = e.submit("b", None, tokens(800))
+    # 600 of the 800 in-flight tokens must free: 600/800 of half the 10 s mean duration = 3.75 s > 2 s
+    assert late.state is TicketState.REJECTED and late.reason is Reason.SLO_UNREACHABLE
+    assert late.retry_after_s == pytest.approx(3.75)
+    assert clock.now == late.submitted_at_s  # refused now, not after waiting
+
+
+def test_measured_durations_shorten_predicted_waits() -> None:
+    clock = FakeClock()
+    e = engine(clock, tuning=EngineTuning(prior_duration_s=10.0, duration_alpha=1.0))
+    first = e.submit("a", None, tokens(800))
+    clock.advance(1.0)
+    e.release(first, Completion.SUCCESS)
+    assert e.mean_duration_s == pytest.approx(1.0)
+    e.submit("a", None, tokens(800))
+    assert e.submit("b", None, tokens(800)).state is TicketState.QUEUED
+
+
+def test_interactive_reserve_is_kept_from_batch() -> None:
+    e = engine()  # interactive reserves 20% of 1000 tokens and of 4 slots (floor 0.8 = 0)
+    assert e.submit("a", "batch", tokens(900)).reason is Reason.REQUEST_TOO_LARGE  # never fits 800
+    assert e.submit("a", "batch", tokens(800)).state is TicketState.ADMITTED
+    assert e.submit("b", "batch", tokens(100)).state is TicketState.QUEUED
+    assert e.submit("c", "interactive", tokens(200)).state is TicketState.ADMITTED
+
+
+def test_a_higher_class_displaces_the_lowest_queued_request_when_full() -> None:
+    e = engine(queue={"maxDepth": 2})
+    e.submit("a", "batch", tokens(800))
+    e.submit("a", "interactive", tokens(200))
+    b1 = e.submit("b", "batch", tokens(100))
+    b2 = e.submit("b", "batch", tokens(100))
+    assert (b1.state, b2.state) == (TicketState.QUEUED, TicketState.QUEUED)
+    vip = e.submit("c", "interactive", tokens(100))
+    assert vip.state is TicketState.QUEUED
+    assert b2.state is TicketState.REJECTED and b2.reason is Reason.QUEUE_FULL and b2.retry_after_s > 0
+    assert b2 in e.take_settled()
+    assert e.submit("d", "batch", tokens(100)).reason is Reason.QUEUE_FULL  # equal class: no displacement
+    assert e.tenants.state("b", 0).accepted == 1  # the displaced one gave its slot back
+
+
+def test_queueing_disabled_refuses_with_what_is_short() -> None:
+    e = engine(queue={"maxDepth": 0}, **ONE_CLASS)
+    for _ in range(4):
+        e.submit("a", None, tokens(10))
+    assert e.submit("a", None, tokens(10)).reason is Reason.CONCURRENCY
+    e2 = engine(queue={"maxDepth": 0}, **ONE_CLASS)
+    e2.submit("a", None, tokens(990))
+    assert e2.submit("a", None, tokens(20)).reason is Reason.TOKEN_BUDGET
+
+
+def test_tenant_concurrency_is_held_until_the_response_ends() -> None:
+    clock = FakeClock()
+    e = engine(clock, tenancy={"default": {"maxConcurrency": 1}})
+    t = e.submit("a", None, tokens(10))
+    clock.advance(3600)  # time alone gives nothing back: not a refilling bucket
+    refused = e.submit("a", None, tokens(10))
+    assert refused.reason is Reason.TENANT_CONCURRENCY and refused.retry_after_s > 0
+    assert e.submit("b", None, tokens(10)).state is TicketState.ADMITTED  # other tenants unaffected
+    e.release(t, Completion.SUCCESS)
+    assert e.submit("a", None, tokens(10)).state is TicketState.ADMITTED
+
+
+def test_tenant_rate_retry_after_is_the_refill_time() -> None:
+    clock = FakeClock()
+    e = engine(clock, tenancy={"default": {"tokensPerSecond": 10, "burstTokens": 100}})
+    t = e.submit("a", None, tokens(100))
+    e.release(t, Completion.SUCCESS, used_tokens=100)
+    refused = e.submit("a", None, tokens(40))
+    assert refused.reason is Reason.TENANT_RATE
+    assert refused.retry_after_s == pytest.approx(4.0)
+    clock.advance(4.0)
+    assert e.submit("a", None, tokens(40)).state is TicketState.ADMITTED
+
+
+def test_tenants_are_charged_by_usage_and_never_zero() -> None:
+    e = engine(tenancy={"default": {"tokensPerSecond": 1, "burstTokens": 500}})
+    t = e.submit("a", None, tokens(400))
+    e.release(t, Completion.SUCCESS, used_tokens=50)
+    assert e.tenants.state("a", 0).refill(e.clock()) == pytest.approx(450)
+    t = e.submit("a", None, tokens(400))
+    e.release(t, Completion.SUCCESS)  # no usage reported: charged the reservation
+    assert e.tenants.state("a", 0).refill(e.clock()) == pytest.approx(50)
+    assert e.counters.usage_missing_total == 1
+    assert e.counters.charged_tokens_total == 450
+
+
+def test_a_request_over_the_tenants_whole_bucket_is_too_large_not_rate_limited() -> None:
+    e = engine(tenancy={"default": {"tokensPerSecond": 1, "burstTokens": 50}})
+    t = e.submit("a", None, tokens(60))
+    assert t.reason is Reason.REQUEST_TOO_LARGE and t.retry_after_s is None
+
+
+def test_unknown_priority_class_is_a_bad_request() -> None:
+    t = engine().submit("a", "gold", tokens(10))
+    assert t.reason is Reason.BAD_REQUEST and "interactive" in t.message
+
+
+def test_tenant_over_its_fair_share_is_demoted_behind_others() -> None:
+    e = engine(tokenBudget=1000, maxConcurrency=100, **ONE_CLASS)
+    hog = [e.submit("hog", None, tokens(300)) for _ in range(2)]
+    e.submit("small", None, tokens(100))  # now two tenants active: fair share 500, borrowing cap 750
+    demoted = e.submit("hog", None, tokens(300))  # 900 > 750 but there is room: admitted, demoted
+    assert demoted.outcome is Outcome.ADMIT_DEMOTED and demoted.state is TicketState.ADMITTED
+    waits = e.submit("hog", None, tokens(100))  # demoted and no room: behind the small tenant
+    normal = e.submit("small", None, tokens(100))
+    assert waits.state is normal.state is TicketState.QUEUED
+    e.release(hog[0], Completion.SUCCESS)
+    assert e.take_settled()[0] is normal
+    assert e.counters.admitted_demoted_total >= 1
+
+
+def test_a_lone_tenant_may_use_the_whole_budget() -> None:
+    e = engine(**ONE_CLASS)
+    assert all(e.submit("solo", None, tokens(250)).outcome is Outcome.ADMIT for _ in range(4))
+
+
+def test_circuit_open_refuses_new_and_queued_requests() -> None:
+    clock = FakeClock()
+    e = engine(clock, **ONE_CLASS, circuitBreaker={"minSamples": 1})
+    blockers = [e.submit("a", None, tokens(250)) for _ in range(4)]
+    queued = e.submit("b", None, tokens(10))
+    for t in blockers:
+        e.release(t, Completion.FAILURE)  # 4 failures + ...
+    e.release(queued, Completion.FAILURE)  # 5 in a row
+    assert e.breaker_state is BreakerState.OPEN
+    refused = e.submit("c", None, tokens(10))
+    assert refused.reason is Reason.CIRCUIT_OPEN and refused.retry_after_s == pytest.approx(60)
+
+
+def test_stalled_backend_opens_the_breaker_and_drops_the_queue() -> None:
+    clock = FakeClock()
+    e = engine(clock, queue={"maxWaitMs": 600_000}, **ONE_CLASS)
+    stuck = [e.submit("a", None, tokens(250)) for _ in range(4)]
+    waiting = e.submit("b", None, tokens(10))
+    clock.advance(29)
+    e.note_progress()
+    clock.advance(29)
+    assert e.tick() == []
+    clock.advance(1.1)
+    settled = e.tick()
+    assert e.breaker_state is BreakerState.OPEN
+    assert settled == [waiting] and waiting.reason is Reason.CIRCUIT_OPEN
+    for t in stuck:
+        e.release(t, Completion.FAILURE)
+    assert e.in_flight_requests == 0
+
+
+def test_backend_token_counter_counts_as_progress() -> None:
+    clock = FakeClock()
+    e = engine(clock)
+    e.submit("a", None, tokens(10))  # a long non-streaming request
+    for total in range(0, 100, 10):
+        clock.advance(10)
+        e.observe_telemetry(Telemetry(generation_tokens_total=float(total)))
+        e.tick()
+    assert e.breaker_state is BreakerState.CLOSED
+
+
+def test_kv_pressure_holds_the_queue_and_refuses_new_requests() -> None:
+    clock = FakeClock()
+    e = engine(clock, **ONE_CLASS)
+    first = e.submit("a", None, tokens(900))
+    e.observe_telemetry(Telemetry(kv_cache_usage=0.95))
+    assert e.submit("a", None, tokens(10)).reason is Reason.KV_PRESSURE
+    e.observe_telemetry(Telemetry(kv_cache_usage=0.5))
+    queued = e.submit("a", None, tokens(200))
+    e.observe_telemetry(Telemetry(kv_cache_usage=0.95))
+    e.release(first, Completion.SUCCESS)
+    assert queued.state is TicketState.QUEUED  # room, but the backend says it is full
+    clock.advance(0.5)
+    e.observe_telemetry(Telemetry(kv_cache_usage=0.80))
+    assert queued.state is TicketState.ADMITTED
+
+
+def test_frozen_kv_gauge_with_nothing_in_flight_reopens_the_gate() -> None:
+    clock = FakeClock()
+    e = engine(clock)
+    t = e.submit("a", None, tokens(10))
+    e.observe_telemetry(Telemetry(kv_cache_usage=0.99))
+    e.release(t, Completion.SUCCESS)
+    assert e.submit("a", None, tokens(10)).reason is Reason.KV_PRESSURE
+    for _ in range(5):
+        clock.advance(0.5)
+        e.observe_telemetry(Telemetry(kv_cache_usage=0.99))  # vLLM idle: last value forever
+    assert e.submit("a", None, tokens(10)).state is TicketState.ADMITTED
+
+
+def test_a_probe_refused_later_in_the_pipeline_frees_its_slot() -> None:
+    clock = FakeClock()
+    e = engine(clock, tenancy={"default": {"maxConcurrency": 1}})
+    hold = e.submit("a", None, tokens(10))
+    e.breaker._open("test")
+    clock.advance(60)
+    for _ in range(20):  # every probe lands on a tenant at its limit
+        e.submit("a", None, tokens(10))
+    e.release(hold, Completion.SUCCESS)
+    admitted = [e.submit(f"t{i}", None, tokens(10)) for i in range(10)]
+    assert sum(t.state is TicketState.ADMITTED for t in admitted) >= 1
+
+
+def test_reconfigure_keeps_in_flight_and_queued_requests() -> None:
+    clock = FakeClock()
+    e = engine(clock, **ONE_CLASS)
+    running = e.submit("a", None, tokens(1000))
+    queued = e.submit("a", None, tokens(500))
+    e.reconfigure(admission(tokenBudget=2000, **ONE_CLASS), e.model)
+    e.dispatch()
+    assert queued.state is TicketState.ADMITTED
+    e.release(running, Completion.SUCCESS)
+    e.release(queued, Completion.SUCCESS)
+    assert e.in_flight_tokens == 0
+
+
+def test_every_rejection_is_counted_by_reason_and_tenant() -> None:
+    e = engine(tenancy={"default": {"maxConcurrency": 1}})
+    e.submit("a", None, tokens(10))
+    e.submit("a", None, tokens(10))
+    e.refuse("b", None, Reason.BAD_REQUEST, "not JSON")
+    assert e.counters.rejected_total == {Reason.TENANT_CONCURRENCY: 1, Reason.BAD_REQUEST: 1}
+    assert e.counters.tenants["a"].policy_rejected == 1 and e.counters.tenants["a"].admitted == 1
