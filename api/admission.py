@@ -291,6 +291,13 @@ class AdmissionSpec(ApiModel):
         le=1024 * 1024 * 1024,
         description="Largest request body accepted (413 above).",
     )
+    request_timeout_seconds: int = Field(
+        default=600,
+        ge=1,
+        le=86_400,
+        description="Longest a request may run end to end before the sidecar aborts and releases it. "
+        "Pods get this plus 30 s of termination grace, so draining never cuts a generation short.",
+    )
     queue: QueueSpec = Field(default_factory=QueueSpec, description="Bounded weighted-fair queue.")
     kv_cache: KvCacheGate = Field(default_factory=KvCacheGate, description="KV-cache pressure gate (trip / resume).")
     gpu_memory: GpuMemoryGate = Field(

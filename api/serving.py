@@ -161,6 +161,12 @@ class ServerSpec(ApiModel):
         "tidegate adds its sidecar, labels and volumes. The model container is the one named "
         "`model`, or the first.",
     )
+    security_context: RawObject | None = Field(
+        default=None,
+        description="securityContext of the model container. To run in a namespace enforcing Pod "
+        "Security `restricted`, set `runAsNonRoot: true`, `allowPrivilegeEscalation: false`, "
+        "`capabilities: {drop: [ALL]}` (stock vLLM and TGI images run as root and need a non-root build).",
+    )
     node_selector: dict[str, str] = Field(default_factory=dict, description="Extra pod nodeSelector.")
     tolerations: list[RawObject] = Field(default_factory=list, max_length=32, description="Extra pod tolerations.")
 

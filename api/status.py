@@ -21,6 +21,7 @@ class ConditionType(StrEnum):
     DEGRADED = "Degraded"
     KEDA_READY = "KedaReady"
     NODE_POOL_READY = "NodePoolReady"
+    SCALER_REACHABLE = "ScalerReachable"
 
 
 class Condition(ApiModel):
@@ -61,7 +62,7 @@ class InferencePoolStatus(ApiModel):
     conditions: list[Condition] = Field(
         default_factory=list,
         max_length=32,
-        description="`Ready`, `Progressing`, `Degraded`, `KedaReady`, `NodePoolReady`.",
+        description="`Ready`, `Progressing`, `Degraded`, `KedaReady`, `NodePoolReady`, `ScalerReachable`.",
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
     )
     replicas: int = Field(

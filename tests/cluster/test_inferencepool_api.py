@@ -122,3 +122,23 @@ def test_fake_gpu_nodes_offer_gpus_and_the_restricted_namespace_exists(kubectl) 
         assert {"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"} in node["spec"]["taints"]
     ns = yaml.safe_load(kubectl("get", "namespace", "tidegate-restricted", "-o", "yaml").stdout)
     assert ns["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
+
+
+def test_pod_ips_are_loopback_so_nothing_leaves_this_machine(api_client, namespace: str) -> None:
+    import ipaddress
+
+    from tests.cluster.conftest import wait_for
+
+    core = kubernetes.client.CoreV1Api(api_client)
+    core.create_namespaced_pod(
+        namespace,
+        {
+            "metadata": {"name": "ip-probe"},
+            "spec": {
+                "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+                "containers": [{"name": "c", "image": "registry.invalid/none"}],
+            },
+        },
+    )
+    ip = wait_for(lambda: core.read_namespaced_pod("ip-probe", namespace).status.pod_ip, what="a pod IP from kwok")
+    assert ipaddress.ip_address(ip).is_loopback, ip

@@ -1,0 +1,66 @@
+"""Karpenter NodePool ``tidegate-<namespace>-<pool>`` (``karpenter.sh/v1``, cluster-scoped).
+
+Limits default to (max replicas + warm pool + 1 surge) x GPUs per replica, so a fully scaled
+pool never waits on its own NodePool's limit. Disruption defaults to ``WhenEmpty`` with a
+budget of one node, and pods on serving replicas carry ``karpenter.sh/do-not-disrupt``, so
+consolidation never takes serving capacity away mid-scale-up.
+
+Cluster-scoped objects cannot be owned by a namespaced pool: the operator's finalizer deletes it.
+
+Source: https://karpenter.sh/docs/concepts/nodepools/
+"""
+
+from typing import Any
+
+from tidegate.api.pool import InferencePool
+from tidegate.operator import names
+from tidegate.operator.builders.deployment import GPU_RESOURCE
+
+ROLLOUT_SURGE = 1
+
+
+def gpu_limit(pool: InferencePool) -> int:
+    """GPUs the NodePool may hold: (maxReplicas + warmPool.size + surge) x gpus per replica."""
+    spec = pool.spec
+    return (spec.scaling.max_replicas + spec.warm_pool.size + ROLLOUT_SURGE) * spec.server.gpus
+
+
+def node_pool(pool: InferencePool) -> dict[str, Any]:
+    """The NodePool manifest; raises ``ValueError`` when ``spec.nodePool`` is not enabled."""
+    np = pool.spec.node_pool
+    if not np.enabled or np.node_class_ref is None:
+        raise ValueError("spec.nodePool.enabled is false or nodeClassRef is missing")
+    requirements = [
+        {"key": "karpenter.sh/capacity-type", "operator": "In", "values": [c.value for c in np.capacity_types]},
+        *[r.model_dump(mode="json", exclude_none=True) for r in np.requirements],
+    ]
+    limits: dict[str, Any] = dict(np.limits)
+    if pool.spec.server.gpus and GPU_RESOURCE not in limits:
+        limits[GPU_RESOURCE] = gpu_limit(pool)
+    template_spec: dict[str, Any] = {
+        "nodeClassRef": np.node_class_ref.model_dump(mode="json"),
+        "requirements": requirements,
+        "expireAfter": np.expire_after,
+    }
+    if np.taint_gpu_nodes:
+        template_spec["taints"] = [{"key": GPU_RESOURCE, "value": "true", "effect": "NoSchedule"}]
+    disruption = np.disruption.model_dump(mode="json", exclude_none=True)
+    spec: dict[str, Any] = {
+        "template": {
+            "metadata": {"labels": {**names.common_labels(pool), "tidegate.dev/namespace": pool.metadata.namespace}},
+            "spec": template_spec,
+        },
+        "disruption": disruption,
+        "limits": limits,
+    }
+    if np.weight is not None:
+        spec["weight"] = np.weight
+    return {
+        "apiVersion": "karpenter.sh/v1",
+        "kind": "NodePool",
+        "metadata": {
+            "name": names.node_pool_name(pool),
+            "labels": {**names.common_labels(pool), "tidegate.dev/namespace": pool.metadata.namespace},
+        },
+        "spec": spec,
+    }

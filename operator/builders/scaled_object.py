@@ -1,0 +1,94 @@
+"""KEDA ScaledObject ``<pool>`` (``keda.sh/v1alpha1``) driving the pool's ``/scale``.
+
+The trigger is ``external`` at the tidegate scaler, which returns the desired replica count
+as the metric; with ``metricType: AverageValue`` and a target of 1 the HPA lands exactly
+there (INTEROP.md). Traps guarded:
+
+- ``minReplicaCount`` is ``scaling.minReplicas``; the warm pool is outside ``spec.replicas``, so
+  neither a scaler outage nor KEDA's cooldown can drain warm capacity.
+- ``initialCooldownPeriod`` covers the expected cold start (``server.startupTimeoutSeconds``), so
+  a new pool is not scaled to zero while its first replica is still loading.
+- ``fallback`` only when ``scaling.fallbackReplicas`` is set (KEDA counts GetMetrics failures).
+
+Source: https://keda.sh/docs/latest/reference/scaledobject-spec/
+"""
+
+from typing import Any
+
+from tidegate.api import API_VERSION, KIND
+from tidegate.api.pool import InferencePool
+from tidegate.operator import names
+from tidegate.operator.settings import OperatorSettings
+
+METRIC_TYPE = "AverageValue"
+
+
+def trigger_metadata(pool: InferencePool, settings: OperatorSettings) -> dict[str, str]:
+    """The external trigger's metadata (KEDA passes it to every scaler RPC as ``scalerMetadata``)."""
+    scaling = pool.spec.scaling
+    metadata = {
+        "scalerAddress": settings.scaler_address,
+        "pool": pool.metadata.name,
+        "namespace": pool.metadata.namespace,
+        "sidecarPort": str(settings.sidecar_port),
+        "signalSource": scaling.signal.source.value,
+        "windowSeconds": str(scaling.signal.window_seconds),
+    }
+    if scaling.signal.prometheus_url:
+        metadata["prometheusUrl"] = scaling.signal.prometheus_url
+    return metadata
+
+
+def scaled_object(pool: InferencePool, settings: OperatorSettings) -> dict[str, Any]:
+    """The ScaledObject manifest for ``pool``."""
+    scaling = pool.spec.scaling
+    spec: dict[str, Any] = {
+        "scaleTargetRef": {"apiVersion": API_VERSION, "kind": KIND, "name": pool.metadata.name},
+        "pollingInterval": scaling.polling_interval_seconds,
+        "cooldownPeriod": max(scaling.scale_down_cooldown_seconds, 30),
+        "initialCooldownPeriod": pool.spec.server.startup_timeout_seconds,
+        "minReplicaCount": scaling.min_replicas,
+        "maxReplicaCount": scaling.max_replicas,
+        "advanced": {
+            "horizontalPodAutoscalerConfig": {
+                "behavior": {
+                    "scaleUp": {
+                        "stabilizationWindowSeconds": 0,
+                        "selectPolicy": "Max",
+                        "policies": [
+                            {
+                                "type": "Pods",
+                                "value": scaling.max_scale_up_step,
+                                "periodSeconds": scaling.polling_interval_seconds,
+                            }
+                        ],
+                    },
+                    "scaleDown": {
+                        "stabilizationWindowSeconds": scaling.scale_down_cooldown_seconds,
+                        "selectPolicy": "Min",
+                        "policies": [{"type": "Pods", "value": 1, "periodSeconds": 60}],
+                    },
+                }
+            }
+        },
+        "triggers": [
+            {
+                "type": "external",
+                "name": "tidegate",
+                "metricType": METRIC_TYPE,
+                "metadata": trigger_metadata(pool, settings),
+            }
+        ],
+    }
+    if scaling.fallback_replicas is not None:
+        spec["fallback"] = {"failureThreshold": 3, "replicas": scaling.fallback_replicas}
+    return {
+        "apiVersion": "keda.sh/v1alpha1",
+        "kind": "ScaledObject",
+        "metadata": {
+            "name": pool.metadata.name,
+            "namespace": pool.metadata.namespace,
+            "labels": names.common_labels(pool),
+        },
+        "spec": spec,
+    }

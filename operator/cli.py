@@ -1,0 +1,36 @@
+"""``tidegate operator``: run the kopf operator (same as ``kopf run -m tidegate.operator.handlers``)."""
+
+import argparse
+from typing import Any
+
+
+def _run(args: argparse.Namespace) -> int:
+    import logging
+
+    import kopf
+
+    from tidegate.operator import handlers  # noqa: F401  (registers the handlers)
+
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s"
+    )
+    kopf.configure(verbose=args.verbose, log_format=kopf.LogFormat.JSON if args.log_json else kopf.LogFormat.PLAIN)
+    kopf.run(
+        standalone=True,
+        clusterwide=not args.namespace,
+        namespaces=tuple(args.namespace or ()),
+        liveness_endpoint=args.liveness,
+    )
+    return 0
+
+
+def register(sub: Any) -> None:
+    """Add ``tidegate operator`` to the CLI."""
+    parser = sub.add_parser("operator", help="run the InferencePool operator (kopf)")
+    parser.add_argument(
+        "-n", "--namespace", action="append", help="watch only this namespace (repeatable); default: all"
+    )
+    parser.add_argument("--liveness", default=None, help="liveness endpoint, e.g. http://0.0.0.0:8080/healthz")
+    parser.add_argument("--log-json", action="store_true", help="structured JSON logs")
+    parser.add_argument("-v", "--verbose", action="store_true")
+    parser.set_defaults(func=_run)

@@ -1,0 +1,131 @@
+"""kopf handlers: thin glue from watch events to :func:`tidegate.operator.reconcile.reconcile`.
+
+Triggers: the pool's create/update/resume, a periodic resync timer, and events of the pool's
+pods and children (so a hand edit or a deleted child is repaired at once, not at the next
+resync). One lock per pool serialises reconciles of the same pool across those triggers.
+
+Run: ``tidegate operator`` or ``kopf run -m tidegate.operator.handlers --all-namespaces``.
+Peering: run one replica (Deployment strategy ``Recreate``) with ``--standalone``; kopf
+peering freezes replicas of equal priority, and one reconciler per pool is what we want.
+"""
+
+import logging
+import threading
+from collections import defaultdict
+from typing import Any
+
+import kopf
+import kubernetes
+import pydantic
+
+from tidegate.api import GROUP, PLURAL, VERSION, constants
+from tidegate.api.pool import InferencePool
+from tidegate.operator import names
+from tidegate.operator.kube import Kube
+from tidegate.operator.probe import ScalerProbe
+from tidegate.operator.reconcile import reconcile
+from tidegate.operator.settings import OperatorSettings
+
+log = logging.getLogger("tidegate.operator")
+
+
+class _State:
+    settings: OperatorSettings
+    kube: Kube
+    probe: ScalerProbe
+    locks: defaultdict[tuple[str, str], threading.Lock] = defaultdict(threading.Lock)
+
+
+STATE = _State()
+
+
+@kopf.on.startup()
+def _startup(settings: kopf.OperatorSettings, **_: Any) -> None:
+    STATE.settings = OperatorSettings.from_env()
+    try:
+        kubernetes.config.load_incluster_config()
+    except kubernetes.config.ConfigException:
+        kubernetes.config.load_kube_config()
+    STATE.kube = Kube(kubernetes.client.ApiClient(), STATE.settings.field_manager)
+    STATE.probe = ScalerProbe(ttl_s=STATE.settings.scaler_probe_ttl_seconds)
+    # Progress and diff-base in annotations only: status belongs to tidegate's own fields.
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix=GROUP, key="last-handled-configuration"
+    )
+    settings.persistence.finalizer = names.FINALIZER
+    # A dead watch must be noticed: the server closes after 5 min, the client gives up after 6,
+    # and a stream silent for 10 min is restarted.
+    settings.watching.server_timeout = 300
+    settings.watching.client_timeout = 360
+    settings.watching.inactivity_timeout = 600
+    settings.posting.level = logging.WARNING
+    log.info("tidegate operator starting: %s", STATE.settings)
+
+
+def _reconcile(obj: dict[str, Any]) -> dict[str, Any] | None:
+    key = (obj["metadata"]["namespace"], obj["metadata"]["name"])
+    with STATE.locks[key]:
+        try:
+            result = reconcile(STATE.kube, STATE.settings, obj, STATE.probe)
+        except pydantic.ValidationError as exc:
+            raise kopf.PermanentError(f"spec refused: {exc}") from exc
+        except kubernetes.client.ApiException as exc:
+            if exc.status == 404:
+                return None  # the pool went away mid-reconcile
+            raise kopf.TemporaryError(f"Kubernetes API {exc.status} {exc.reason}", delay=5) from exc
+    for message in result.events:
+        log.info("%s/%s: %s", key[0], key[1], message)
+    return None
+
+
+@kopf.on.create(GROUP, VERSION, PLURAL)
+@kopf.on.update(GROUP, VERSION, PLURAL, field="spec")
+@kopf.on.resume(GROUP, VERSION, PLURAL)
+def pool_changed(body: kopf.Body, **_: Any) -> None:
+    _reconcile(_fresh(body))
+
+
+# Decorators are evaluated at import, so the resync period is read from the environment here.
+_RESYNC_S = OperatorSettings.from_env().resync_seconds
+
+
+@kopf.timer(GROUP, VERSION, PLURAL, interval=_RESYNC_S, initial_delay=min(5.0, _RESYNC_S), sharp=False)
+def resync(body: kopf.Body, **_: Any) -> None:
+    _reconcile(_fresh(body))
+
+
+@kopf.on.delete(GROUP, VERSION, PLURAL)
+def pool_deleted(body: kopf.Body, **_: Any) -> None:
+    """Delete the cluster-scoped NodePool; namespaced children go with their ownerReferences."""
+    pool_name = body["metadata"]["name"]
+    ns = body["metadata"]["namespace"]
+    kube = STATE.kube
+    if kube.has_api("karpenter.sh/v1", "NodePool"):
+        np_name = names.node_pool_name(InferencePool.model_validate({**dict(body), "status": {}}))
+        if kube.delete("karpenter.sh/v1", "NodePool", np_name):
+            log.info("%s/%s: deleted NodePool %s", ns, pool_name, np_name)
+
+
+def _fresh(body: kopf.Body) -> dict[str, Any]:
+    """The pool as the API server has it now (kopf's body may be a batch behind)."""
+    meta = body["metadata"]
+    return STATE.kube.get_pool(meta["namespace"], meta["name"]) or dict(body)
+
+
+def _owner_pool(namespace: str, name: str) -> None:
+    obj = STATE.kube.get_pool(namespace, name)
+    if obj is not None and not obj["metadata"].get("deletionTimestamp"):
+        _reconcile(obj)
+
+
+@kopf.on.event("", "v1", "pods", labels={constants.LABEL_POOL: kopf.PRESENT})
+def pod_event(event: dict[str, Any], meta: kopf.Meta, namespace: str, **_: Any) -> None:
+    _owner_pool(namespace, meta["labels"][constants.LABEL_POOL])
+
+
+@kopf.on.event("apps", "v1", "deployments", labels={"app.kubernetes.io/managed-by": "tidegate"})
+@kopf.on.event("", "v1", "services", labels={"app.kubernetes.io/managed-by": "tidegate"})
+@kopf.on.event("", "v1", "configmaps", labels={"app.kubernetes.io/managed-by": "tidegate"})
+def child_event(meta: kopf.Meta, namespace: str, **_: Any) -> None:
+    _owner_pool(namespace, meta["labels"][constants.LABEL_POOL])

@@ -1,0 +1,118 @@
+"""The operator's thin I/O shell over the Kubernetes API (kubernetes client, synchronous).
+
+Children are written with server-side apply under one field manager and ``force`` on
+conflicts: tidegate owns the fields it sets, so a hand edit of one of them is put back at the
+next reconcile, while fields tidegate never sets (another controller's annotations, say) are
+left alone. Errors surface as ``kubernetes.client.ApiException``; the handlers translate them.
+"""
+
+import functools
+import logging
+from typing import Any
+
+import kubernetes
+from kubernetes.dynamic import DynamicClient
+from kubernetes.dynamic.exceptions import NotFoundError, ResourceNotFoundError
+
+from tidegate.api import constants
+
+log = logging.getLogger(__name__)
+
+
+class Kube:
+    """Kubernetes calls the reconciler needs, over one ``ApiClient``."""
+
+    def __init__(self, api_client: kubernetes.client.ApiClient, field_manager: str) -> None:
+        self.api_client = api_client
+        self.field_manager = field_manager
+        self.core = kubernetes.client.CoreV1Api(api_client)
+        self.custom = kubernetes.client.CustomObjectsApi(api_client)
+        self.autoscaling = kubernetes.client.AutoscalingV2Api(api_client)
+        self.dynamic = DynamicClient(api_client)
+
+    @functools.lru_cache(maxsize=32)  # noqa: B019 - one Kube per process; API resources do not change kind
+    def _resource(self, api_version: str, kind: str) -> Any:
+        return self.dynamic.resources.get(api_version=api_version, kind=kind)
+
+    def has_api(self, api_version: str, kind: str) -> bool:
+        """Whether the server serves ``kind`` in ``api_version`` (e.g. KEDA or Karpenter CRDs installed)."""
+        try:
+            self.dynamic.resources.get(api_version=api_version, kind=kind)
+        except ResourceNotFoundError:
+            self.dynamic.invalidate_cache()
+            return False
+        return True
+
+    def apply(self, manifest: dict[str, Any]) -> dict[str, Any]:
+        """Server-side apply ``manifest`` as this operator's field manager; returns the live object."""
+        resource = self._resource(manifest["apiVersion"], manifest["kind"])
+        meta = manifest["metadata"]
+        result = resource.server_side_apply(
+            body=manifest,
+            name=meta["name"],
+            namespace=meta.get("namespace"),
+            field_manager=self.field_manager,
+            force_conflicts=True,
+        )
+        return result.to_dict()
+
+    def delete(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> bool:
+        """Delete an object; returns False when it was already gone."""
+        try:
+            self._resource(api_version, kind).delete(name=name, namespace=namespace)
+        except NotFoundError:
+            return False
+        return True
+
+    def get(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> dict[str, Any] | None:
+        try:
+            return self._resource(api_version, kind).get(name=name, namespace=namespace).to_dict()
+        except NotFoundError:
+            return None
+
+    def pool_pods(self, namespace: str, pool: str) -> list[kubernetes.client.V1Pod]:
+        """Pods labelled ``tidegate.dev/pool=<pool>`` in ``namespace``."""
+        return self.core.list_namespaced_pod(namespace, label_selector=f"{constants.LABEL_POOL}={pool}").items
+
+    def patch_pod(
+        self, namespace: str, name: str, labels: dict[str, str | None], annotations: dict[str, str | None]
+    ) -> None:
+        """Merge-patch a pod's labels and annotations (None deletes a key)."""
+        self.core.patch_namespaced_pod(name, namespace, {"metadata": {"labels": labels, "annotations": annotations}})
+
+    def patch_pool_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
+        self.custom.patch_namespaced_custom_object_status(
+            constants.GROUP, constants.VERSION, namespace, constants.PLURAL, name, {"status": status}
+        )
+
+    def get_pool(self, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            return self.custom.get_namespaced_custom_object(
+                constants.GROUP, constants.VERSION, namespace, constants.PLURAL, name
+            )
+        except kubernetes.client.ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def event(self, pool: dict[str, Any], reason: str, message: str, warning: bool = False) -> None:
+        """Post an Event on the pool (``kubectl describe`` shows it)."""
+        meta = pool["metadata"]
+        body = {
+            "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
+            "involvedObject": {
+                "apiVersion": constants.API_VERSION,
+                "kind": constants.KIND,
+                "name": meta["name"],
+                "namespace": meta["namespace"],
+                "uid": meta.get("uid"),
+            },
+            "reason": reason,
+            "message": message[:1024],
+            "type": "Warning" if warning else "Normal",
+            "source": {"component": "tidegate-operator"},
+        }
+        try:
+            self.core.create_namespaced_event(meta["namespace"], body)
+        except kubernetes.client.ApiException as exc:  # an Event lost is not worth a failed reconcile
+            log.warning("could not post event %s on %s/%s: %s", reason, meta["namespace"], meta["name"], exc.reason)

@@ -1,0 +1,59 @@
+"""Names and labels of the objects the operator makes for a pool (pure)."""
+
+import hashlib
+
+from tidegate.api import constants
+from tidegate.api.pool import InferencePool
+
+MODEL_CONTAINER = "model"
+SIDECAR_CONTAINER = "tidegate-admission"
+CONFIG_FILE = "config.yaml"
+CONFIG_DIR = "/etc/tidegate/admission"
+PODINFO_DIR = "/etc/tidegate/podinfo"
+
+ANNOTATION_DO_NOT_DISRUPT = "karpenter.sh/do-not-disrupt"
+ANNOTATION_DELETION_COST = "controller.kubernetes.io/pod-deletion-cost"
+ANNOTATION_DRAINING_SINCE = f"{constants.GROUP}/draining-since"
+FINALIZER = f"{constants.GROUP}/nodepool-cleanup"
+
+# Pod deletion costs: the ReplicaSet removes the cheapest pods first, so a scale-down of the
+# Deployment takes draining pods, then warm ones, and never an active one while others exist.
+COST_ACTIVE = 1000
+COST_WARM = 0
+COST_DRAINING = -1000
+
+
+def selector_labels(pool: InferencePool) -> dict[str, str]:
+    """Labels that select every pod of the pool (the Deployment selector and ``status.selector``)."""
+    return {constants.LABEL_POOL: pool.metadata.name}
+
+
+def selector_string(pool: InferencePool) -> str:
+    """``status.selector`` for the ``/scale`` subresource (the HPA needs it)."""
+    return ",".join(f"{k}={v}" for k, v in selector_labels(pool).items())
+
+
+def common_labels(pool: InferencePool) -> dict[str, str]:
+    """Labels on every child object."""
+    return {
+        "app.kubernetes.io/name": "tidegate-pool",
+        "app.kubernetes.io/instance": pool.metadata.name,
+        "app.kubernetes.io/managed-by": "tidegate",
+        constants.LABEL_POOL: pool.metadata.name,
+    }
+
+
+def config_map_name(pool: InferencePool) -> str:
+    return f"{pool.metadata.name}-admission"
+
+
+def node_pool_name(pool: InferencePool) -> str:
+    """``tidegate-<namespace>-<pool>``, shortened with a hash when over 63 characters.
+
+    Deterministic, so a crashed operator finds the NodePool it made.
+    """
+    name = f"tidegate-{pool.metadata.namespace}-{pool.metadata.name}"
+    if len(name) <= 63:
+        return name
+    digest = hashlib.sha256(name.encode()).hexdigest()[:8]
+    return f"{name[:54].rstrip('-')}-{digest}"

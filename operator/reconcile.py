@@ -1,0 +1,257 @@
+"""One reconcile of one InferencePool: compute the full desired state and converge to it.
+
+Level-triggered and idempotent: every call rebuilds every child from the spec and applies it
+(server-side apply makes an unchanged child a no-op), plans the warm pool from the pods as
+they are now, and writes status. A crash between any two steps leaves a state the next call
+converges from: children are applied before pods are relabelled, pods are relabelled before
+the Deployment is resized, and nothing is deleted that a later step would need.
+"""
+
+import json
+import logging
+import time
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import kubernetes
+
+from tidegate.admission.stats import STATS_PATH
+from tidegate.api import API_VERSION, KIND, constants
+from tidegate.api.pool import InferencePool
+from tidegate.operator import builders, conditions, names, warm_pool
+from tidegate.operator.conditions import Integration
+from tidegate.operator.kube import Kube
+from tidegate.operator.settings import OperatorSettings
+
+log = logging.getLogger(__name__)
+
+ScalerProbe = Callable[[str], bool]
+
+
+@dataclass(frozen=True)
+class Result:
+    """What a reconcile did (for logs and tests)."""
+
+    plan: warm_pool.Plan
+    status: dict[str, Any]
+    events: list[str]
+
+
+def owner_reference(obj: dict[str, Any]) -> dict[str, Any]:
+    meta = obj["metadata"]
+    return {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "name": meta["name"],
+        "uid": meta["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def adopt(manifest: dict[str, Any], owner: dict[str, Any]) -> dict[str, Any]:
+    """``manifest`` with ``owner`` as its controller (namespaced children only)."""
+    return {**manifest, "metadata": {**manifest["metadata"], "ownerReferences": [owner]}}
+
+
+def _is_ready(pod: kubernetes.client.V1Pod) -> bool:
+    return any(c.type == "Ready" and c.status == "True" for c in (pod.status.conditions or []))
+
+
+def _in_flight(pod: kubernetes.client.V1Pod, port: int, timeout_s: float = 0.3) -> int | None:
+    """Requests in flight per the pod's sidecar stats; None when it does not answer."""
+    ip = pod.status.pod_ip
+    if not ip:
+        return None
+    try:
+        with urllib.request.urlopen(f"http://{ip}:{port}{STATS_PATH}", timeout=timeout_s) as resp:
+            return int(json.loads(resp.read())["in_flight_requests"])
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def pod_view(pod: kubernetes.client.V1Pod, sidecar_port: int) -> warm_pool.PodView:
+    meta = pod.metadata
+    labels = meta.labels or {}
+    annotations = meta.annotations or {}
+    role = labels.get(constants.LABEL_ROLE, constants.ROLE_WARM)
+    since = annotations.get(names.ANNOTATION_DRAINING_SINCE)
+    return warm_pool.PodView(
+        name=meta.name,
+        role=role,
+        ready=_is_ready(pod),
+        created_s=meta.creation_timestamp.timestamp() if meta.creation_timestamp else 0.0,
+        deleting=meta.deletion_timestamp is not None,
+        draining_since_s=float(since) if since else None,
+        in_flight=_in_flight(pod, sidecar_port) if role == constants.ROLE_DRAINING else None,
+    )
+
+
+def _relabel(kube: Kube, namespace: str, plan: warm_pool.Plan, now_s: float) -> None:
+    for name in plan.promote:
+        kube.patch_pod(
+            namespace,
+            name,
+            {constants.LABEL_ROLE: constants.ROLE_ACTIVE},
+            {
+                names.ANNOTATION_DO_NOT_DISRUPT: "true",
+                names.ANNOTATION_DELETION_COST: str(names.COST_ACTIVE),
+                names.ANNOTATION_DRAINING_SINCE: None,
+            },
+        )
+    for name in plan.drain:
+        kube.patch_pod(
+            namespace,
+            name,
+            {constants.LABEL_ROLE: constants.ROLE_DRAINING},
+            {
+                names.ANNOTATION_DO_NOT_DISRUPT: "true",  # still finishing requests
+                names.ANNOTATION_DELETION_COST: str(names.COST_DRAINING),
+                names.ANNOTATION_DRAINING_SINCE: f"{now_s:.3f}",
+            },
+        )
+    for name in plan.return_to_warm:
+        kube.patch_pod(
+            namespace,
+            name,
+            {constants.LABEL_ROLE: constants.ROLE_WARM},
+            {
+                names.ANNOTATION_DO_NOT_DISRUPT: None,
+                names.ANNOTATION_DELETION_COST: str(names.COST_WARM),
+                names.ANNOTATION_DRAINING_SINCE: None,
+            },
+        )
+
+
+def _gpu_pending(pods: list[kubernetes.client.V1Pod], now_s: float, threshold_s: float) -> list[str]:
+    """Pods Pending longer than ``threshold_s`` because no node offers ``nvidia.com/gpu``."""
+    found = []
+    for pod in pods:
+        if pod.status.phase != "Pending" or pod.spec.node_name:
+            continue
+        for cond in pod.status.conditions or []:
+            if cond.type == "PodScheduled" and cond.status == "False" and "nvidia.com/gpu" in (cond.message or ""):
+                age = now_s - (cond.last_transition_time.timestamp() if cond.last_transition_time else now_s)
+                if age >= threshold_s:
+                    found.append(
+                        f"pod {pod.metadata.name} Pending {age:.0f} s: no node advertises enough nvidia.com/gpu "
+                        "(is the NVIDIA device plugin running, or is the NodePool at its limit?)"
+                    )
+    return found
+
+
+def _keda(kube: Kube, settings: OperatorSettings, pool: InferencePool, owner: dict[str, Any], probe: ScalerProbe):
+    name, ns = pool.metadata.name, pool.metadata.namespace
+    if not pool.spec.scaling.keda:
+        if kube.has_api("keda.sh/v1alpha1", "ScaledObject"):
+            kube.delete("keda.sh/v1alpha1", "ScaledObject", name, ns)
+        return Integration.DISABLED, "scaling.keda is false: scale with kubectl scale", None
+    if not kube.has_api("keda.sh/v1alpha1", "ScaledObject"):
+        return (
+            Integration.CRD_MISSING,
+            "KEDA is not installed (no keda.sh/v1alpha1 ScaledObject): install KEDA 2.17+",
+            None,
+        )
+    reachable = probe(settings.scaler_address) if settings.require_scaler else None
+    exists = kube.get("keda.sh/v1alpha1", "ScaledObject", name, ns) is not None
+    if reachable is False and not exists:
+        return (
+            Integration.SCALER_UNREACHABLE,
+            f"not creating the ScaledObject: the tidegate scaler at {settings.scaler_address} does not answer",
+            reachable,
+        )
+    kube.apply(adopt(builders.scaled_object(pool, settings), owner))
+    message = f"ScaledObject {name} targets this pool through /scale (scaler {settings.scaler_address})"
+    hpa = kube.get("autoscaling/v2", "HorizontalPodAutoscaler", f"keda-hpa-{name}", ns)
+    if hpa is not None:
+        metrics = hpa.get("spec", {}).get("metrics") or []
+        if not any(m.get("type") == "External" for m in metrics):
+            kube.delete("autoscaling/v2", "HorizontalPodAutoscaler", f"keda-hpa-{name}", ns)
+            return (
+                Integration.FAILED,
+                f"HPA keda-hpa-{name} did not use the external metric: deleted for KEDA to rebuild",
+                reachable,
+            )
+    return Integration.APPLIED, message, reachable
+
+
+def _node_pool(kube: Kube, pool: InferencePool):
+    np_name = names.node_pool_name(pool)
+    has_api = kube.has_api("karpenter.sh/v1", "NodePool")
+    if not pool.spec.node_pool.enabled:
+        if has_api:
+            existing = kube.get("karpenter.sh/v1", "NodePool", np_name)
+            if existing and existing["metadata"].get("labels", {}).get(constants.LABEL_POOL) == pool.metadata.name:
+                kube.delete("karpenter.sh/v1", "NodePool", np_name)
+        return Integration.DISABLED, "nodePool.enabled is false: pods use existing GPU nodes"
+    if not has_api:
+        return Integration.CRD_MISSING, "Karpenter is not installed (no karpenter.sh/v1 NodePool): install Karpenter v1"
+    kube.apply(builders.node_pool(pool))
+    return Integration.APPLIED, f"NodePool {np_name} applied"
+
+
+def reconcile(
+    kube: Kube, settings: OperatorSettings, obj: dict[str, Any], probe: ScalerProbe, now_s: float | None = None
+) -> Result:
+    """Converge one pool's children to its spec and write its status.
+
+    Raises ``pydantic.ValidationError`` when the spec breaks a rule the CRD could not check,
+    and ``kubernetes.client.ApiException`` on API errors (the caller retries).
+    """
+    now_s = time.time() if now_s is None else now_s
+    pool = InferencePool.model_validate(obj)
+    ns, name = pool.metadata.namespace, pool.metadata.name
+    owner = owner_reference(obj)
+    for manifest in (
+        builders.admission_config_map(pool),
+        builders.service(pool, settings),
+        builders.pod_disruption_budget(pool),
+    ):
+        kube.apply(adopt(manifest, owner))
+
+    pods = kube.pool_pods(ns, name)
+    drain_timeout = settings.drain_timeout_seconds or pool.spec.admission.request_timeout_seconds
+    plan = warm_pool.plan(
+        (pod_view(p, settings.sidecar_port) for p in pods),
+        pool.spec.replicas,
+        pool.spec.warm_pool.size,
+        now_s,
+        drain_timeout,
+    )
+    _relabel(kube, ns, plan, now_s)
+    events = []
+    active_before = plan.active - len(plan.promote) + len(plan.drain)
+    if plan.promote:
+        events.append(f"promoted {len(plan.promote)} warm replica(s): {active_before} -> {plan.active} active")
+    if plan.drain:
+        events.append(f"draining {len(plan.drain)} replica(s): {active_before} -> {plan.active} active")
+    if plan.return_to_warm:
+        events.append(f"{len(plan.return_to_warm)} drained replica(s) returned to the warm pool")
+    kube.apply(adopt(builders.deployment(pool, settings, plan.deployment_replicas), owner))
+
+    keda_state, keda_message, reachable = _keda(kube, settings, pool, owner, probe)
+    np_state, np_message = _node_pool(kube, pool)
+    degraded = _gpu_pending(pods, now_s, settings.gpu_pending_seconds)
+    if keda_state is Integration.FAILED:
+        degraded.append(keda_message)
+
+    observed = conditions.Observed(
+        generation=obj["metadata"].get("generation", 0),
+        desired_active=pool.spec.replicas,
+        warm_size=pool.spec.warm_pool.size,
+        plan=plan,
+        selector=names.selector_string(pool),
+        keda=keda_state,
+        keda_message=keda_message,
+        node_pool=np_state,
+        node_pool_message=np_message,
+        scaler_reachable=reachable,
+        degraded_reasons=tuple(degraded),
+    )
+    status = conditions.status(observed, (obj.get("status") or {}).get("conditions") or [])
+    kube.patch_pool_status(ns, name, status)
+    for message in events:
+        kube.event(obj, "Scaled", message)
+    return Result(plan=plan, status=status, events=events)

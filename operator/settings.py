@@ -1,0 +1,79 @@
+"""Operator settings: one typed object, parsed once from the environment (chart values set them).
+
+Environment variables (all optional):
+
+===============================  ==========================================  =========================
+variable                         meaning                                     default
+===============================  ==========================================  =========================
+TIDEGATE_SIDECAR_IMAGE           image of the admission sidecar              ghcr.io/tidegate/tidegate:0.1.0
+TIDEGATE_SIDECAR_PORT            port the sidecar listens on in each pod     8081
+TIDEGATE_SIDECAR_CPU             sidecar cpu request (and limit x4)          250m
+TIDEGATE_SIDECAR_MEMORY          sidecar memory request and limit            256Mi
+TIDEGATE_SCALER_ADDRESS          host:port of the tidegate scaler (gRPC)     tidegate-scaler.tidegate:9090
+TIDEGATE_RESYNC_SECONDS          periodic full reconcile                     30
+TIDEGATE_DRAIN_TIMEOUT_SECONDS   most a draining pod waits before it leaves  pool's requestTimeoutSeconds
+TIDEGATE_GPU_PENDING_SECONDS     Pending this long on a GPU-less node ->     120
+                                 Degraded
+TIDEGATE_REQUIRE_SCALER          create ScaledObjects only when the scaler   true
+                                 answers gRPC health checks
+TIDEGATE_SCALER_PROBE_TTL_S      how long a scaler health result is cached   10
+===============================  ==========================================  =========================
+"""
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class OperatorSettings:
+    """Settings of one operator process (see the module docstring for the environment mapping)."""
+
+    sidecar_image: str = "ghcr.io/tidegate/tidegate:0.1.0"
+    sidecar_port: int = 8081
+    sidecar_cpu: str = "250m"
+    sidecar_memory: str = "256Mi"
+    scaler_address: str = "tidegate-scaler.tidegate:9090"
+    resync_seconds: float = 30.0
+    drain_timeout_seconds: float | None = None
+    gpu_pending_seconds: float = 120.0
+    require_scaler: bool = True
+    scaler_probe_ttl_seconds: float = 10.0
+    field_manager: str = "tidegate-operator"
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> "OperatorSettings":
+        """Parse settings from ``env`` (default ``os.environ``).
+
+        Raises ``ValueError`` naming the variable when a value does not parse.
+        """
+        env = os.environ if env is None else env
+        kwargs: dict[str, object] = {}
+
+        def take(var: str, field: str, parse: type | object = str) -> None:
+            if var in env and env[var] != "":
+                try:
+                    kwargs[field] = parse(env[var])  # type: ignore[operator]
+                except ValueError as exc:
+                    raise ValueError(f"{var}={env[var]!r}: {exc}") from exc
+
+        take("TIDEGATE_SIDECAR_IMAGE", "sidecar_image")
+        take("TIDEGATE_SIDECAR_PORT", "sidecar_port", int)
+        take("TIDEGATE_SIDECAR_CPU", "sidecar_cpu")
+        take("TIDEGATE_SIDECAR_MEMORY", "sidecar_memory")
+        take("TIDEGATE_SCALER_ADDRESS", "scaler_address")
+        take("TIDEGATE_RESYNC_SECONDS", "resync_seconds", float)
+        take("TIDEGATE_DRAIN_TIMEOUT_SECONDS", "drain_timeout_seconds", float)
+        take("TIDEGATE_GPU_PENDING_SECONDS", "gpu_pending_seconds", float)
+        take("TIDEGATE_REQUIRE_SCALER", "require_scaler", _parse_bool)
+        take("TIDEGATE_SCALER_PROBE_TTL_S", "scaler_probe_ttl_seconds", float)
+        return cls(**kwargs)  # type: ignore[arg-type]
+
+
+def _parse_bool(value: str) -> bool:
+    lowered = value.strip().lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off"):
+        return False
+    raise ValueError("expected true or false")

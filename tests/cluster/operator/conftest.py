@@ -1,0 +1,125 @@
+"""The operator under test: a real `tidegate operator` process, authenticated as its own
+ServiceAccount bound to the ClusterRole from ``tidegate.operator.rbac`` (so every cluster test
+also proves that RBAC is enough), and a real gRPC health server standing in for the scaler's
+health endpoint."""
+
+import os
+import pathlib
+import subprocess
+import sys
+from collections.abc import Iterator
+from concurrent import futures
+from typing import Any
+
+import grpc
+import kubernetes
+import pytest
+import yaml
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+from tidegate.operator import rbac
+
+OPERATOR_NS = "tidegate-system"
+OPERATOR_SA = "tidegate-operator"
+
+
+class ScalerHealth:
+    """A gRPC health server; ``serving(False)`` makes the scaler look down."""
+
+    def __init__(self) -> None:
+        self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+        self.servicer = health.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(self.servicer, self.server)
+        port = self.server.add_insecure_port("127.0.0.1:0")
+        self.address = f"127.0.0.1:{port}"
+        self.server.start()
+        self.serving(True)
+
+    def serving(self, up: bool) -> None:
+        status = health_pb2.HealthCheckResponse.SERVING if up else health_pb2.HealthCheckResponse.NOT_SERVING
+        self.servicer.set("", status)
+
+    def stop(self) -> None:
+        self.server.stop(grace=None)
+
+
+@pytest.fixture(scope="session")
+def scaler_health() -> Iterator[ScalerHealth]:
+    server = ScalerHealth()
+    yield server
+    server.stop()
+
+
+def _apply(api_client: kubernetes.client.ApiClient, manifest: dict[str, Any]) -> None:
+    from kubernetes.dynamic import DynamicClient
+
+    resource = DynamicClient(api_client).resources.get(api_version=manifest["apiVersion"], kind=manifest["kind"])
+    resource.server_side_apply(
+        body=manifest,
+        name=manifest["metadata"]["name"],
+        namespace=manifest["metadata"].get("namespace"),
+        field_manager="tidegate-tests",
+        force_conflicts=True,
+    )
+
+
+def _service_account_kubeconfig(api_client, admin_kubeconfig: str, path: pathlib.Path) -> None:
+    core = kubernetes.client.CoreV1Api(api_client)
+    _apply(api_client, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": OPERATOR_NS}})
+    _apply(
+        api_client,
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": OPERATOR_SA, "namespace": OPERATOR_NS}},
+    )
+    _apply(api_client, rbac.cluster_role())
+    _apply(api_client, rbac.cluster_role_binding(OPERATOR_NS, OPERATOR_SA))
+    token = core.create_namespaced_service_account_token(
+        OPERATOR_SA, OPERATOR_NS, {"spec": {"expirationSeconds": 7200}}
+    ).status.token
+    admin = yaml.safe_load(pathlib.Path(admin_kubeconfig).read_text())
+    cluster = admin["clusters"][0]
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [cluster],
+                "users": [{"name": OPERATOR_SA, "user": {"token": token}}],
+                "contexts": [{"name": "operator", "context": {"cluster": cluster["name"], "user": OPERATOR_SA}}],
+                "current-context": "operator",
+            }
+        )
+    )
+
+
+@pytest.fixture(scope="session")
+def operator(cluster_env, api_client, scaler_health, tmp_path_factory) -> Iterator[dict[str, str]]:
+    """A running operator; yields its environment (settings the tests rely on)."""
+    workdir = tmp_path_factory.mktemp("operator")
+    kubeconfig = workdir / "kubeconfig"
+    _service_account_kubeconfig(api_client, cluster_env["KUBECONFIG"], kubeconfig)
+    env = {
+        **os.environ,
+        "KUBECONFIG": str(kubeconfig),
+        "TIDEGATE_SCALER_ADDRESS": scaler_health.address,
+        "TIDEGATE_SCALER_PROBE_TTL_S": "0.5",
+        "TIDEGATE_RESYNC_SECONDS": "5",
+        "TIDEGATE_DRAIN_TIMEOUT_SECONDS": "2",
+        "TIDEGATE_GPU_PENDING_SECONDS": "2",
+        "TIDEGATE_SIDECAR_IMAGE": "tidegate:test",
+    }
+    log_path = workdir / "operator.log"
+    with log_path.open("w") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "tidegate.cli.main", "operator"], env=env, stdout=log, stderr=subprocess.STDOUT
+        )
+    try:
+        yield env
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        text = log_path.read_text()
+        if "Traceback" in text:
+            print(f"--- operator log ({log_path}) ---\n{text[-8000:]}")

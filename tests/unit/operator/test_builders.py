@@ -1,0 +1,97 @@
+"""Desired-state builders: the manifests a platform engineer gets from one InferencePool."""
+
+import yaml
+
+from tests.invalid_pools import valid_pool
+from tidegate.api.pool import InferencePool
+from tidegate.operator import builders, names
+from tidegate.operator.builders.nodepool import gpu_limit
+from tidegate.operator.settings import OperatorSettings
+
+SETTINGS = OperatorSettings(sidecar_image="tidegate:test", scaler_address="scaler:9090")
+
+
+def pool(**spec) -> InferencePool:
+    body = valid_pool("p")
+    body["metadata"]["namespace"] = "ml"
+    body["spec"].update(spec)
+    return InferencePool.model_validate(body)
+
+
+def test_deployment_runs_the_model_and_a_restricted_native_sidecar() -> None:
+    dep = builders.deployment(pool(server={"image": "vllm:1", "gpus": 2, "port": 8000}), SETTINGS, replicas=3)
+    spec = dep["spec"]["template"]["spec"]
+    model = spec["containers"][0]
+    assert dep["spec"]["replicas"] == 3
+    assert model["resources"]["limits"]["nvidia.com/gpu"] == 2
+    assert model["lifecycle"]["preStop"]["httpGet"]["path"] == "/tidegate/drain?wait=true"
+    sidecar = spec["initContainers"][-1]
+    assert sidecar["restartPolicy"] == "Always"
+    assert "--upstream" in sidecar["args"] and "http://127.0.0.1:8000" in sidecar["args"]
+    sc = sidecar["securityContext"]
+    assert sc["runAsNonRoot"] and not sc["allowPrivilegeEscalation"] and sc["capabilities"] == {"drop": ["ALL"]}
+    assert sc["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in spec["tolerations"]
+    assert spec["terminationGracePeriodSeconds"] == 600 + 30  # request timeout + slack
+
+
+def test_new_pods_start_warm_and_the_selector_ignores_the_role() -> None:
+    dep = builders.deployment(pool(), SETTINGS, replicas=1)
+    assert dep["spec"]["template"]["metadata"]["labels"]["tidegate.dev/role"] == "warm"
+    assert "tidegate.dev/role" not in dep["spec"]["selector"]["matchLabels"]
+
+
+def test_service_selects_only_active_pods_through_the_sidecar_port() -> None:
+    svc = builders.service(pool(), SETTINGS)
+    assert svc["spec"]["selector"] == {"tidegate.dev/pool": "p", "tidegate.dev/role": "active"}
+    assert svc["spec"]["ports"][0]["targetPort"] == "admission"
+
+
+def test_config_map_holds_admission_and_model_in_camel_case() -> None:
+    cm = builders.admission_config_map(pool(admission={"maxConcurrency": 7}))
+    config = yaml.safe_load(cm["data"]["config.yaml"])
+    assert config["admission"]["maxConcurrency"] == 7
+    assert config["model"]["name"] == "Qwen/Qwen2.5-0.5B-Instruct"
+
+
+def test_scaled_object_targets_the_pool_with_an_average_value_of_desired_replicas() -> None:
+    so = builders.scaled_object(pool(scaling={"minReplicas": 1, "maxReplicas": 6, "fallbackReplicas": 2}), SETTINGS)
+    spec = so["spec"]
+    assert spec["scaleTargetRef"] == {"apiVersion": "tidegate.dev/v1alpha1", "kind": "InferencePool", "name": "p"}
+    trigger = spec["triggers"][0]
+    assert trigger["type"] == "external" and trigger["metricType"] == "AverageValue"
+    assert trigger["metadata"]["scalerAddress"] == "scaler:9090"
+    assert (spec["minReplicaCount"], spec["maxReplicaCount"]) == (1, 6)
+    assert spec["fallback"] == {"failureThreshold": 3, "replicas": 2}
+    assert spec["initialCooldownPeriod"] >= 600  # no scale-to-zero during the first cold start
+
+
+def test_node_pool_limits_leave_room_for_max_warm_and_surge() -> None:
+    p = pool(
+        server={"image": "x", "gpus": 2},
+        scaling={"maxReplicas": 5},
+        warmPool={"size": 2},
+        nodePool={
+            "enabled": True,
+            "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "gpu"},
+        },
+    )
+    np = builders.node_pool(p)
+    assert np["metadata"]["name"] == "tidegate-ml-p"
+    assert np["spec"]["limits"]["nvidia.com/gpu"] == gpu_limit(p) == (5 + 2 + 1) * 2
+    assert np["spec"]["template"]["spec"]["taints"] == [
+        {"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}
+    ]
+    assert {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]} in np["spec"]["template"][
+        "spec"
+    ]["requirements"]
+    dep = builders.deployment(p, SETTINGS, replicas=1)
+    assert dep["spec"]["template"]["spec"]["nodeSelector"] == {"karpenter.sh/nodepool": "tidegate-ml-p"}
+
+
+def test_long_names_give_a_deterministic_node_pool_name_within_63_characters() -> None:
+    body = valid_pool("a" * 60)
+    body["metadata"]["namespace"] = "b" * 60
+    p = InferencePool.model_validate(body)
+    assert len(names.node_pool_name(p)) <= 63
+    assert names.node_pool_name(p) == names.node_pool_name(p)
