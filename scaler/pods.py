@@ -20,15 +20,26 @@ from tidegate.scaler.errors import PodSourceError
 class PodInfo:
     """One pod of a pool.
 
-    ``url``: base URL of the sidecar (``http://10.0.0.7:8080``), or "" while the pod has no IP.
-    ``role``: the ``tidegate.dev/role`` label (``active``, ``warm``, ``draining``).
-    ``ready``: the pod's Ready condition.
+    ``url``: base URL of the sidecar (``http://127.0.0.1:9001``) when known outright (static
+    sources); otherwise ``ip`` (pod IP, "" while it has none) and the trigger's ``sidecarPort``
+    make it (:meth:`base_url`). ``role``: the ``tidegate.dev/role`` label (``active``, ``warm``,
+    ``draining``). ``ready``: the pod's Ready condition.
     """
 
     name: str
-    url: str
+    url: str = ""
     role: str = ROLE_ACTIVE
     ready: bool = True
+    ip: str = ""
+
+    def base_url(self, port: int) -> str:
+        """Where this pod's sidecar answers, or "" when it has no address yet."""
+        if self.url:
+            return self.url
+        if not self.ip:
+            return ""
+        host = f"[{self.ip}]" if ":" in self.ip else self.ip
+        return f"http://{host}:{port}"
 
     @property
     def active(self) -> bool:

@@ -1,0 +1,118 @@
+"""The scaler's core service: one decision per pool per refresh, shared by every RPC.
+
+``Scaler.decide(target)`` reads the pool's signal (a :class:`SignalSource`), applies the law
+and remembers the law's state per pool. Calls for the same pool within ``min_refresh_s`` share
+one scrape (KEDA calls GetMetrics then IsActive back to back, and the HPA polls too), and
+concurrent calls for one pool wait for the same scrape instead of starting another.
+
+**Two or more replicas behind one Service.** Nothing here needs to be shared between replicas:
+
+- the tunables come from the trigger metadata in every call (no replica-local config);
+- rates are counter deltas over ``windowSeconds`` of the *sidecars'* clock, taken from each
+  replica's own ring of recent snapshots; two replicas scraping the same pods compute rates
+  over (nearly) the same window whoever KEDA asked, so they agree on saturation and size;
+- the scale-down cooldown is the law's stabilisation window, and a replica that has not watched
+  a pool for a whole cooldown never scales it down (it holds). So a restarted or freshly added
+  replica can only be *more* conservative than one that has been running, never less;
+- missing data holds rather than guesses.
+
+What can differ: during the first ``windowSeconds`` after a replica starts it holds
+(HOLD_WARMUP) while the other may already move; and the ``COOLDOWN`` hold can end up to one poll
+apart. Both err on the side of keeping capacity.
+"""
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from tidegate.scaler import law
+from tidegate.scaler.law import Decision, LawState, Observation, Policy
+from tidegate.scaler.metadata import Target
+
+log = logging.getLogger("tidegate.scaler")
+
+
+class SignalSource(Protocol):
+    """Where a pool's observation comes from (``sidecar.SidecarSignals``; a Prometheus one)."""
+
+    async def observe(self, target: Target) -> Observation:
+        """One observation of the pool; raises :class:`~tidegate.scaler.errors.SourceError` if unreadable."""
+        ...
+
+    async def close(self) -> None: ...
+
+
+DecisionHook = Callable[[Target, Decision], None]
+
+
+@dataclass
+class _Pool:
+    state: LawState = field(default_factory=LawState)
+    decision: Decision | None = None
+    decided_at_s: float = float("-inf")
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+
+class Scaler:
+    """Decisions per pool. ``clock``: monotonic seconds (injectable); ``hooks`` see every new decision."""
+
+    def __init__(
+        self,
+        signals: SignalSource,
+        min_refresh_s: float = 5.0,
+        hpa_tolerance: float = law.HPA_TOLERANCE,
+        clock: Callable[[], float] = time.monotonic,
+        hooks: tuple[DecisionHook, ...] = (),
+    ) -> None:
+        self.signals = signals
+        self.min_refresh_s = min_refresh_s
+        self.hpa_tolerance = hpa_tolerance
+        self._clock = clock
+        self._hooks = hooks
+        self._pools: dict[tuple[str, str], _Pool] = {}
+
+    async def decide(self, target: Target) -> Decision:
+        """The pool's current decision (fresh within ``min_refresh_s``).
+
+        Raises :class:`~tidegate.scaler.errors.SourceError` when the signal cannot be read at all.
+        """
+        pool = self._pools.setdefault(target.key, _Pool())
+        async with pool.lock:
+            now = self._clock()
+            if pool.decision is not None and now - pool.decided_at_s < self.min_refresh_s:
+                return pool.decision
+            observation = await self.signals.observe(target)
+            now = self._clock()
+            policy = Policy.from_spec(target.scaling, hpa_tolerance=self.hpa_tolerance)
+            decision, pool.state = law.decide(policy, observation, pool.state, now)
+            pool.decision, pool.decided_at_s = decision, now
+        self._explain(target, observation, decision)
+        return decision
+
+    def _explain(self, target: Target, obs: Observation, d: Decision) -> None:
+        record = {
+            "event": "scaling_decision",
+            "namespace": target.namespace,
+            "pool": target.pool,
+            "current": d.current,
+            "desired": d.desired,
+            "metric_value": d.metric_value,
+            "reason": d.reason.value,
+            "active": d.active,
+            "capacity_reject_rate": d.capacity_reject_rate,
+            "policy_reject_rate": d.policy_reject_rate,
+            "utilization": d.utilization,
+            "reporting_pods": obs.reporting,
+            "stale_pods": list(obs.stale),
+            "text": d.text,
+        }
+        log.info(json.dumps(record, separators=(",", ":")))
+        for hook in self._hooks:
+            hook(target, d)
+
+    async def close(self) -> None:
+        await self.signals.close()

@@ -1,0 +1,103 @@
+"""Signal source ``sidecar`` (the default): read every active pod's stats endpoint, concurrently.
+
+For one pool: list its pods (a :class:`~tidegate.scaler.pods.PodSource`), ``GET`` each active
+pod's ``/tidegate/stats`` (``admission.stats.fetch``) at once with a per-request timeout, and turn
+the answers plus each pod's baseline from :class:`~tidegate.scaler.rates.SnapshotHistory` into an
+:class:`~tidegate.scaler.law.Observation`. A pod that does not answer is *missing data* (the law
+holds), never zero demand. A pod source that cannot list at all raises
+:class:`~tidegate.scaler.errors.PodSourceError` (the gRPC edge answers UNAVAILABLE, KEDA falls back).
+
+Memory per pool: one ring of snapshots per pod covering ``2 x windowSeconds``; pools not asked
+about for ``forget_after_s`` are dropped.
+"""
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import aiohttp
+
+from tidegate.admission import stats
+from tidegate.scaler import rates
+from tidegate.scaler.law import Observation
+from tidegate.scaler.metadata import Target
+from tidegate.scaler.pods import PodInfo, PodSource
+
+
+@dataclass
+class _PoolMemory:
+    history: rates.SnapshotHistory
+    last_used_s: float
+
+
+class SidecarSignals:
+    """Scrapes a pool's sidecars; ``await observe(target)`` -> :class:`Observation`.
+
+    ``timeout_s``: per-pod request timeout (seconds); ``stale_after_s``: a snapshot whose
+    ``time_s`` is further than this from the scaler's wall clock counts as missing (clock skew or a
+    frozen sidecar); ``max_connections``: concurrent requests across all pools; ``wall``: wall-clock
+    seconds (injectable for tests).
+    """
+
+    def __init__(
+        self,
+        pods: PodSource,
+        timeout_s: float = 2.0,
+        stale_after_s: float = 30.0,
+        max_connections: int = 512,
+        forget_after_s: float = 3600.0,
+        wall: Callable[[], float] = time.time,
+    ) -> None:
+        self.pods = pods
+        self.timeout_s = timeout_s
+        self.stale_after_s = stale_after_s
+        self.max_connections = max_connections
+        self.forget_after_s = forget_after_s
+        self._wall = wall
+        self._session: aiohttp.ClientSession | None = None
+        self._pools: dict[tuple[str, str], _PoolMemory] = {}
+
+    def _client(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            connector = aiohttp.TCPConnector(limit=self.max_connections, ttl_dns_cache=300)
+            self._session = aiohttp.ClientSession(connector=connector)
+        return self._session
+
+    async def _fetch(self, pod: PodInfo, port: int) -> stats.StatsSnapshot | None:
+        url = pod.base_url(port)
+        if not url:
+            return None
+        try:
+            return await stats.fetch(self._client(), url, timeout_s=self.timeout_s)
+        except stats.StatsError:
+            return None
+
+    async def observe(self, target: Target) -> Observation:
+        """One scrape of the target's pool, summed over the window ``target.scaling.signal.window_seconds``."""
+        pods = await self.pods.pods(target.namespace, target.pool)
+        now = self._wall()
+        self._forget_idle(now)
+        window = float(target.scaling.signal.window_seconds)
+        memory = self._pools.get(target.key)
+        if memory is None or memory.history.keep_s != 2 * window:
+            memory = self._pools[target.key] = _PoolMemory(rates.SnapshotHistory(keep_s=2 * window), now)
+        memory.last_used_s = now
+        active = [p for p in pods if p.active]
+        answers = await asyncio.gather(*(self._fetch(p, target.sidecar_port) for p in active))
+        current = {p.name: s for p, s in zip(active, answers, strict=True) if s is not None}
+        baselines = {name: memory.history.baseline(name, snap, window) for name, snap in current.items()}
+        observation = rates.observe(pods, current, baselines, now, self.stale_after_s, max_window_s=2 * window)
+        for name, snap in current.items():
+            memory.history.record(name, snap)
+        memory.history.forget_except(current, newest_s=now)
+        return observation
+
+    def _forget_idle(self, now: float) -> None:
+        for key in [k for k, m in self._pools.items() if now - m.last_used_s > self.forget_after_s]:
+            del self._pools[key]
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+        await self.pods.close()

@@ -1,0 +1,62 @@
+"""Trigger metadata -> the pool to scale; every refusal names the metadata key to fix."""
+
+import pytest
+
+from tidegate.scaler import metadata
+from tidegate.scaler.errors import MetadataError, UnknownMetricError
+
+
+def test_defaults_follow_the_pool_spec_and_the_scaledobject_namespace() -> None:
+    t = metadata.parse("small", "team-a", {"pool": "small", "scalerAddress": "scaler:9090"})
+    assert (t.namespace, t.pool, t.sidecar_port) == ("team-a", "small", metadata.DEFAULT_SIDECAR_PORT)
+    assert (t.scaling.min_replicas, t.scaling.max_replicas, t.scaling.signal.window_seconds) == (1, 8, 60)
+    assert t.metric_name == "tidegate-small-desired-replicas"
+
+
+def test_spec_scaling_fields_travel_as_camel_case_strings() -> None:
+    md = {
+        "pool": "big",
+        "namespace": "ml",
+        "sidecarPort": "9000",
+        "minReplicas": "2",
+        "maxReplicas": "40",
+        "targetCapacityRejectRate": "0.05",
+        "targetUtilization": "0.6",
+        "maxScaleUpStep": "8",
+        "scaleDownCooldownSeconds": "120",
+        "windowSeconds": "30",
+    }
+    t = metadata.parse("ignored", "default", md)
+    s = t.scaling
+    assert (t.namespace, t.sidecar_port) == ("ml", 9000)
+    assert (s.min_replicas, s.max_replicas, s.target_capacity_reject_rate, s.target_utilization) == (2, 40, 0.05, 0.6)
+    assert (s.max_scale_up_step, s.scale_down_cooldown_seconds, s.signal.window_seconds) == (8, 120, 30)
+
+
+@pytest.mark.parametrize(
+    ("md", "namespace", "key", "words"),
+    [
+        ({}, "ns", "pool", "required"),
+        ({"pool": "Small_Pool"}, "ns", "pool", "not a Kubernetes name"),
+        ({"pool": "p"}, "", "namespace", "required"),
+        ({"pool": "p", "maxReplicas": "many"}, "ns", "maxReplicas", "not an integer"),
+        ({"pool": "p", "targetUtilization": "1.5"}, "ns", "targetUtilization", "less than or equal to 1"),
+        ({"pool": "p", "minReplicas": "9", "maxReplicas": "3"}, "ns", "minReplicas", "<= scaling.maxReplicas"),
+        ({"pool": "p", "source": "prometheus"}, "ns", "prometheusUrl", "required"),
+        ({"pool": "p", "sidecarPort": "70000"}, "ns", "sidecarPort", "not a TCP port"),
+    ],
+)
+def test_bad_metadata_names_the_key(md: dict[str, str], namespace: str, key: str, words: str) -> None:
+    with pytest.raises(MetadataError) as info:
+        metadata.parse("so", namespace, md)
+    assert info.value.key == key
+    assert words in str(info.value) and repr(key) in str(info.value)
+
+
+def test_metric_name_with_or_without_kedas_index_prefix() -> None:
+    t = metadata.parse("so", "ns", {"pool": "small"})
+    t.check_metric_name("tidegate-small-desired-replicas")
+    t.check_metric_name("s0-tidegate-small-desired-replicas")
+    t.check_metric_name("")  # older KEDA versions may leave it empty
+    with pytest.raises(UnknownMetricError, match="tidegate-small-desired-replicas"):
+        t.check_metric_name("s0-tidegate-other-desired-replicas")
