@@ -9,7 +9,7 @@ KEDA passes the trigger's whole ``metadata`` map (strings only) in every call as
         scalerAddress: tidegate-scaler.tidegate-system:9090
         pool: small                      # required: the InferencePool's name
         namespace: team-a                # optional: defaults to the ScaledObject's namespace
-        sidecarPort: "8080"              # optional: the admission sidecar's port (stats endpoint)
+        sidecarPort: "8081"              # optional: the admission sidecar's port (stats endpoint)
         minReplicas: "1"                 # optional from here on: spec.scaling, camelCase, as strings
         maxReplicas: "8"
         targetCapacityRejectRate: "0.02"
@@ -34,7 +34,7 @@ import pydantic
 from tidegate.api.scaling import ScalingSpec
 from tidegate.scaler.errors import MetadataError, UnknownMetricError
 
-DEFAULT_SIDECAR_PORT = 8080
+DEFAULT_SIDECAR_PORT = 8081  # the operator's default (TIDEGATE_SIDECAR_PORT), which also writes sidecarPort
 METRIC_SUFFIX = "desired-replicas"
 _INT_KEYS = ("minReplicas", "maxReplicas", "maxScaleUpStep", "scaleDownCooldownSeconds")
 _FLOAT_KEYS = ("targetCapacityRejectRate", "targetUtilization")

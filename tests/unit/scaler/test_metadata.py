@@ -60,3 +60,20 @@ def test_metric_name_with_or_without_kedas_index_prefix() -> None:
     t.check_metric_name("")  # older KEDA versions may leave it empty
     with pytest.raises(UnknownMetricError, match="tidegate-small-desired-replicas"):
         t.check_metric_name("s0-tidegate-other-desired-replicas")
+
+
+def test_the_operators_scaledobject_trigger_parses_to_the_pools_own_scaling_spec() -> None:
+    builders = pytest.importorskip("tidegate.operator.builders.scaled_object")
+    settings_mod = pytest.importorskip("tidegate.operator.settings")
+    from tests.invalid_pools import valid_pool
+    from tidegate.api import InferencePool
+
+    doc = valid_pool()
+    doc["spec"]["scaling"] = {"minReplicas": 2, "maxReplicas": 12, "targetUtilization": 0.6, "maxScaleUpStep": 3}
+    pool = InferencePool.model_validate(doc)
+    so = builders.scaled_object(pool, settings_mod.OperatorSettings())
+    (trigger,) = so["spec"]["triggers"]
+    assert trigger["type"] == "external" and trigger["metricType"] == "AverageValue"
+    t = metadata.parse(so["metadata"]["name"], so["metadata"]["namespace"], trigger["metadata"])
+    assert (t.namespace, t.pool) == (pool.metadata.namespace, pool.metadata.name)
+    assert t.scaling == pool.spec.scaling.model_copy(update={"polling_interval_seconds": 15, "fallback_replicas": None})
