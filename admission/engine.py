@@ -306,10 +306,12 @@ class Engine:
         *,
         ttft_s: float | None = None,
         used_tokens: int | None = None,
+        usage_reported: bool | None = None,
     ) -> None:
-        """End an admitted request. ``used_tokens``: prompt + output the backend reported
-        (``None``: unknown, charge the reservation). Raises :class:`TicketStateError` unless
-        the ticket is ADMITTED (so a double release is caught)."""
+        """End an admitted request. ``used_tokens``: prompt + output tokens, as the backend
+        reported them (``usage_reported``, default: whether ``used_tokens`` is given) or as the
+        proxy counted them; ``None`` or 0 charges the reservation, never zero. Raises
+        :class:`TicketStateError` unless the ticket is ADMITTED (so a double release is caught)."""
         if ticket.state is not TicketState.ADMITTED or self.in_flight.pop(ticket.id, None) is None:
             raise TicketStateError(f"ticket {ticket.id} is {ticket.state.value}, not admitted: cannot release")
         now = self.clock()
@@ -318,7 +320,7 @@ class Engine:
         self._class_tokens[ticket.priority] -= ticket.reserved_tokens
         self._class_requests[ticket.priority] -= 1
         charged = used_tokens if used_tokens is not None and used_tokens > 0 else ticket.reserved_tokens
-        if used_tokens is None:
+        if not (used_tokens is not None if usage_reported is None else usage_reported):
             self.counters.usage_missing_total += 1
         ticket.charged_tokens = charged
         self.counters.completed_total += 1

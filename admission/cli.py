@@ -1,0 +1,48 @@
+"""``tidegate admission``: the admission sidecar (imports aiohttp and the engine lazily)."""
+
+import argparse
+
+
+def _host_port(text: str) -> tuple[str, int]:
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit():
+        raise argparse.ArgumentTypeError(f"expected HOST:PORT, got {text!r}")
+    return host or "0.0.0.0", int(port)
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add the ``admission`` subcommand."""
+    p = subparsers.add_parser(
+        "admission",
+        help="run the admission sidecar in front of a model server",
+        description="Token-aware, tenant-fair admission control in front of vLLM, llama.cpp or TGI.",
+    )
+    p.add_argument("--config", required=True, help="YAML/JSON file with the pool's `model` and `admission` sections")
+    p.add_argument("--upstream", required=True, help="the model server's base URL, e.g. http://127.0.0.1:8000")
+    p.add_argument(
+        "--listen", type=_host_port, default=("0.0.0.0", 8080), metavar="HOST:PORT", help="default 0.0.0.0:8080"
+    )
+    p.add_argument("--labels-file", help="downward-API labels file carrying tidegate.dev/role (absent: active)")
+    p.add_argument("--drain-grace", type=float, metavar="SECONDS", help="default: admission.requestTimeoutSeconds")
+    p.add_argument("--log-level", default="INFO")
+    p.set_defaults(func=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    import asyncio
+    import logging
+    import sys
+
+    from tidegate.admission.config import ConfigError, SidecarSettings
+    from tidegate.admission.sidecar import serve
+
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    settings = SidecarSettings.from_env(
+        config_path=args.config, upstream=args.upstream, listen_host=args.listen[0], listen_port=args.listen[1],
+        labels_file=args.labels_file, drain_grace_s=args.drain_grace,
+    )  # fmt: skip
+    try:
+        return asyncio.run(serve(settings))
+    except ConfigError as exc:
+        print(f"tidegate admission: {exc}", file=sys.stderr)
+        return 2

@@ -1,0 +1,136 @@
+"""The sidecar's settings: the config file (the pool's ``admission`` and ``model``) and the flags.
+
+Config file (YAML or JSON; the operator mounts it from a ConfigMap)::
+
+    pool: small            # optional: the InferencePool's name, a metrics label
+    model: {name: meta-llama/Llama-3.1-8B-Instruct, engine: vllm, maxContextTokens: 8192}
+    admission: {tokenBudget: 65536, maxConcurrency: 64, ...}   # optional: all defaults
+
+Both sections are validated by the same pydantic models as the CRD (camelCase or snake_case).
+:class:`ConfigWatcher` re-reads the file when its content changes (ConfigMap volumes swap a
+``..data`` symlink, so it compares content, not just mtime); a file that does not parse keeps
+the last good configuration and says why.
+
+Errors: :class:`ConfigError` (file missing, not YAML/JSON, fails validation).
+"""
+
+import dataclasses
+import hashlib
+import os
+import pathlib
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from tidegate.api.admission import AdmissionSpec
+from tidegate.api.serving import ModelSpec
+
+
+class ConfigError(Exception):
+    """The sidecar's config file cannot be used (the message names the file and the field)."""
+
+
+class SidecarConfig(BaseModel):
+    """The parsed config file."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    pool: str = Field(default="", max_length=253, description="InferencePool name (metrics and stats label).")
+    model: ModelSpec
+    admission: AdmissionSpec = Field(default_factory=AdmissionSpec)
+
+
+def parse(text: str, source: str = "<config>") -> SidecarConfig:
+    """Parse a YAML/JSON config document. Raises :class:`ConfigError`."""
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{source}: not YAML/JSON: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: expected a mapping with 'model' and 'admission'")
+    try:
+        return SidecarConfig.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(f"{source}: {exc}") from exc
+
+
+def load(path: str | os.PathLike[str]) -> SidecarConfig:
+    """Read and parse a config file. Raises :class:`ConfigError`."""
+    try:
+        text = pathlib.Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"{path}: {exc.strerror or exc}") from exc
+    return parse(text, str(path))
+
+
+class ConfigWatcher:
+    """Detects a changed config file by content hash; :meth:`poll` returns the new config or None."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = pathlib.Path(path)
+        self._digest = self._read_digest()
+        self.config = load(self.path)
+        self.last_error: str | None = None
+
+    def _read_digest(self) -> bytes | None:
+        try:
+            return hashlib.sha256(self.path.read_bytes()).digest()
+        except OSError:
+            return None
+
+    def poll(self) -> SidecarConfig | None:
+        """A newly valid config when the file changed; None when unchanged or invalid (see ``last_error``)."""
+        digest = self._read_digest()
+        if digest is None or digest == self._digest:
+            return None
+        self._digest = digest
+        try:
+            self.config = load(self.path)
+        except ConfigError as exc:
+            self.last_error = str(exc)
+            return None
+        self.last_error = None
+        return self.config
+
+
+ROLE_LABEL = "tidegate.dev/role"
+
+
+def read_role(labels_file: str | os.PathLike[str] | None) -> str:
+    """The pod's role from a downward-API labels file (``key="value"`` lines).
+
+    No file configured, or no role label: ``active`` (a pod not managed by the operator serves).
+    An unreadable configured file: ``unknown`` (not ready: better out of the Service than wrong).
+    """
+    if labels_file is None:
+        return "active"
+    try:
+        text = pathlib.Path(labels_file).read_text(encoding="utf-8")
+    except OSError:
+        return "unknown"
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if sep and key.strip() == ROLE_LABEL:
+            return value.strip().strip('"')
+    return "active"
+
+
+@dataclasses.dataclass(frozen=True)
+class SidecarSettings:
+    """The flags and environment of one ``tidegate admission`` process (parsed once in main)."""
+
+    config_path: str
+    upstream: str
+    listen_host: str = "0.0.0.0"
+    listen_port: int = 8080
+    labels_file: str | None = None
+    pod: str = ""
+    drain_grace_s: float | None = None  # None: the config's requestTimeoutSeconds
+    tick_s: float = 0.05
+    reload_s: float = 1.0
+
+    @classmethod
+    def from_env(cls, env: dict[str, str] | None = None, **flags: object) -> "SidecarSettings":
+        """Flags plus the environment (``POD_NAME`` from the downward API)."""
+        env = dict(os.environ) if env is None else env
+        return cls(pod=env.get("POD_NAME", ""), **flags)  # type: ignore[arg-type]

@@ -1,0 +1,131 @@
+"""The sidecar's Prometheus metrics (one registry per sidecar, served on ``/metrics``).
+
+Names and labels:
+
+- ``tidegate_admission_decisions_total{pool,tenant,priority,decision,reason}``: every decision;
+  ``decision`` is ``admit`` / ``admit_demoted`` / ``reject``, ``reason`` empty unless rejected.
+  ``tenant`` is bounded: tenants listed in the config first, then the first seen, up to
+  ``tenancy.metricsTopTenants`` names; every other tenant is ``other`` (labels stay stable over
+  the process life, so no series flips between a name and ``other``);
+- ``tidegate_admission_in_flight_tokens``, ``_in_flight_requests``, ``_queue_depth``,
+  ``_token_budget``, ``_max_concurrency`` (gauges, read at scrape time);
+- ``tidegate_admission_breaker_state{state}``: 1 for the current state, 0 for the others;
+- ``tidegate_admission_ttft_seconds{pool,priority}``, ``tidegate_admission_e2e_seconds{pool,priority}``
+  (histograms, admitted requests that reached the backend);
+- ``tidegate_admission_slo_total{pool,priority,met}``: admitted requests whose TTFT met (``true``)
+  or missed (``false``) their class SLO; the met share is ``sum(met="true") / sum``;
+- ``tidegate_admission_usage_missing_total{pool}``: responses charged without reported usage;
+- ``tidegate_backend_kv_cache_usage_ratio``, ``tidegate_backend_telemetry_age_seconds``;
+- ``tidegate_gpu_memory_used_ratio``, ``tidegate_gpu_utilization_ratio``,
+  ``tidegate_gpu_clock_throttle_reasons`` (NVML bitmask), where a GPU is visible.
+"""
+
+from collections.abc import Callable
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from tidegate.admission.breaker import BreakerState
+from tidegate.admission.engine import Engine
+from tidegate.admission.ticket import Ticket
+
+_LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8, 15, 30, 60, 120, 300, 600)
+OTHER = "other"
+
+
+class TenantLabels:
+    """Bounded tenant label values: named tenants up to ``top_n``, then ``other``."""
+
+    def __init__(self, top_n: int, preferred: list[str]) -> None:
+        self.top_n = top_n
+        self._named: set[str] = set(preferred[:top_n])
+
+    def label(self, tenant: str) -> str:
+        if tenant in self._named:
+            return tenant
+        if len(self._named) < self.top_n:
+            self._named.add(tenant)
+            return tenant
+        return OTHER
+
+
+class SidecarMetrics:
+    """Every metric of one sidecar; gauges read ``engine()`` at scrape time."""
+
+    def __init__(self, pool: str, engine: Callable[[], Engine], gpu: Callable[[], object | None]) -> None:
+        self.pool = pool
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.decisions = Counter(
+            "tidegate_admission_decisions", "Admission decisions.",
+            ["pool", "tenant", "priority", "decision", "reason"], registry=r,
+        )  # fmt: skip
+        self.ttft = Histogram(
+            "tidegate_admission_ttft_seconds", "Time to first token of admitted requests (from arrival).",
+            ["pool", "priority"], buckets=_LATENCY_BUCKETS, registry=r,
+        )  # fmt: skip
+        self.e2e = Histogram(
+            "tidegate_admission_e2e_seconds", "End-to-end time of admitted requests (from arrival).",
+            ["pool", "priority"], buckets=_LATENCY_BUCKETS, registry=r,
+        )  # fmt: skip
+        self.slo = Counter(
+            "tidegate_admission_slo", "Admitted requests by whether TTFT met the class SLO.",
+            ["pool", "priority", "met"], registry=r,
+        )  # fmt: skip
+        self.usage_missing = Counter(
+            "tidegate_admission_usage_missing", "Responses without reported usage (charged counted tokens or the reservation).",
+            ["pool"], registry=r,
+        )  # fmt: skip
+        gauges: dict[str, tuple[str, Callable[[], float]]] = {
+            "tidegate_admission_in_flight_tokens": ("Reserved tokens in flight.", lambda: engine().in_flight_tokens),
+            "tidegate_admission_in_flight_requests": ("Requests in flight.", lambda: engine().in_flight_requests),
+            "tidegate_admission_queue_depth": ("Requests waiting in the admission queue.", lambda: engine().queue.depth),
+            "tidegate_admission_token_budget": ("Replica token budget.", lambda: engine().admission.token_budget),
+            "tidegate_admission_max_concurrency": ("Replica concurrency cap.", lambda: engine().admission.max_concurrency),
+            "tidegate_backend_kv_cache_usage_ratio": ("Backend KV-cache usage (0..1), last reading.",
+                                                      lambda: _nan(engine().kv.value)),
+            "tidegate_backend_telemetry_age_seconds": ("Seconds since the last backend reading.",
+                                                       lambda: _nan(engine().kv.age_s(engine().clock()))),
+            "tidegate_gpu_memory_used_ratio": ("GPU memory used / total (worst device).",
+                                               lambda: _nan(getattr(gpu(), "memory_usage", None))),
+            "tidegate_gpu_utilization_ratio": ("GPU utilisation (worst device, 0..1).",
+                                               lambda: _nan(getattr(gpu(), "utilization", None))),
+            "tidegate_gpu_clock_throttle_reasons": ("NVML clock event/throttle reasons bitmask (OR of devices).",
+                                                    lambda: _nan(getattr(gpu(), "throttle_reasons", None))),
+        }  # fmt: skip
+        for name, (doc, read) in gauges.items():
+            Gauge(name, doc, registry=r).set_function(read)
+        breaker = Gauge(
+            "tidegate_admission_breaker_state", "Circuit breaker state (1 = current).", ["state"], registry=r
+        )
+        for state in BreakerState:
+            breaker.labels(state.value).set_function(lambda s=state: float(engine().breaker_state is s))
+        self.tenants = TenantLabels(20, [])
+
+    def configure(self, top_n: int, preferred: list[str]) -> None:
+        """Tenant label bound from the config (keeps names already handed out)."""
+        old = self.tenants
+        self.tenants = TenantLabels(top_n, preferred)
+        for name in getattr(old, "_named", set()):
+            self.tenants.label(name)
+
+    def decision(self, ticket: Ticket) -> None:
+        """Count one settled decision (admitted, demoted or rejected)."""
+        reason = ticket.reason.value if ticket.reason is not None else ""
+        self.decisions.labels(self.pool, self.tenants.label(ticket.tenant), ticket.priority,
+                              ticket.outcome.value, reason).inc()  # fmt: skip
+
+    def finished(self, ticket: Ticket, ttft_s: float | None, e2e_s: float, slo_s: float | None) -> None:
+        """Latency of one admitted request (times from its arrival at the sidecar)."""
+        if ttft_s is not None:
+            self.ttft.labels(self.pool, ticket.priority).observe(ttft_s)
+            if slo_s is not None:
+                self.slo.labels(self.pool, ticket.priority, "true" if ttft_s <= slo_s else "false").inc()
+        self.e2e.labels(self.pool, ticket.priority).observe(e2e_s)
+
+    def render(self) -> bytes:
+        """The exposition text of every metric."""
+        return generate_latest(self.registry)
+
+
+def _nan(value: float | None) -> float:
+    return float("nan") if value is None else float(value)

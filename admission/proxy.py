@@ -1,0 +1,248 @@
+"""Relaying to the model server: admitted completions (with SSE) and plain pass-through.
+
+One keep-alive connection pool (``aiohttp.ClientSession``) to the upstream on localhost.
+Guarantees of :meth:`Forwarder.forward` (the admitted path):
+
+- server-sent events are relayed event by event as they arrive: each upstream event (up to its
+  blank line) is one write to the client, never held back for the next one; the response says
+  ``Cache-Control: no-cache`` and ``X-Accel-Buffering: no`` so nginx-style intermediaries do not
+  buffer either;
+- a streamed request always asks the upstream for the usage chunk
+  (``stream_options.include_usage``); a client that did not ask never sees it;
+- the outcome is reported exactly once through the returned :class:`Relay` record, on every path:
+  completion (``success``), upstream 5xx / connection error / timeout / broken stream
+  (``failure``), upstream 4xx incl. 429 (``neutral``), client gone (``cancelled``);
+- when the client goes away mid-stream the upstream connection is closed at once (not returned
+  to the pool), which is how vLLM, llama.cpp and TGI learn to abort the generation.
+
+Upstream errors before any byte reached the client become OpenAI-style 502 / 504 answers.
+"""
+
+import asyncio
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+
+from tidegate.admission import errors
+from tidegate.admission.breaker import Completion
+
+HOP_BY_HOP = frozenset(
+    {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer",
+     "transfer-encoding", "upgrade", "host", "content-length"}
+)  # fmt: skip
+SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+
+
+@dataclass(slots=True)
+class Relay:
+    """What happened to one admitted request upstream (filled in by :meth:`Forwarder.forward`)."""
+
+    completion: Completion = Completion.FAILURE
+    ttft_s: float | None = None  # from ``started`` to the first streamed event
+    used_tokens: int | None = None
+    usage_reported: bool = False
+    chunks: int = 0
+    status: int = 0
+    started_s: float = 0.0  # when the request was sent upstream (clock seconds)
+
+
+class _ClientGone(Exception):
+    """Writing to the client failed: it went away."""
+
+
+def request_headers(headers: Any, drop: frozenset[str] = frozenset()) -> dict[str, str]:
+    """Headers to send upstream: hop-by-hop headers (and ``drop``) removed."""
+    return {k: v for k, v in headers.items() if k.lower() not in HOP_BY_HOP and k.lower() not in drop}
+
+
+def _usage_total(doc: Any) -> int | None:
+    usage = doc.get("usage") if isinstance(doc, dict) else None
+    if not isinstance(usage, dict):
+        return None
+    total = usage.get("total_tokens")
+    if isinstance(total, int) and total > 0:
+        return total
+    parts = [usage.get("prompt_tokens"), usage.get("completion_tokens")]
+    return sum(p for p in parts if isinstance(p, int)) or None
+
+
+class Forwarder:
+    """The upstream connection pool and the two ways of relaying."""
+
+    def __init__(
+        self, upstream: str, note_progress: Callable[[], None], clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.upstream = upstream.rstrip("/")
+        self._note_progress = note_progress
+        self._clock = clock
+        self.session: aiohttp.ClientSession | None = None
+
+    async def start(self) -> None:
+        connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=60, enable_cleanup_closed=True)
+        self.session = aiohttp.ClientSession(
+            connector=connector, auto_decompress=False, timeout=aiohttp.ClientTimeout()
+        )
+
+    async def close(self) -> None:
+        if self.session is not None:
+            await self.session.close()
+
+    async def forward(
+        self,
+        request: web.Request,
+        path: str,
+        body: dict[str, Any],
+        raw: bytes,
+        *,
+        stream: bool,
+        client_wants_usage: bool,
+        prompt_tokens: int,
+        timeout_s: float,
+        relay: Relay,
+    ) -> web.StreamResponse:
+        """Send an admitted request upstream and relay the answer; ``relay`` records the outcome."""
+        assert self.session is not None, "Forwarder.start() first"
+        started = relay.started_s = self._clock()
+        payload = raw
+        if stream and not client_wants_usage:
+            options = body.get("stream_options")
+            body = {**body, "stream_options": {**(options if isinstance(options, dict) else {}), "include_usage": True}}
+            payload = json.dumps(body).encode()
+        headers = request_headers(request.headers, frozenset({"accept-encoding"}))
+        headers["Content-Type"] = "application/json"
+        upstream: aiohttp.ClientResponse | None = None
+        response: web.StreamResponse | None = None
+        try:
+            upstream = await self.session.post(
+                self.upstream + path, data=payload, headers=headers, timeout=aiohttp.ClientTimeout(total=timeout_s)
+            )
+            relay.status = upstream.status
+            if upstream.status >= 500:
+                relay.completion = Completion.FAILURE
+            elif upstream.status >= 400:
+                relay.completion = Completion.NEUTRAL
+            if upstream.status == 200 and upstream.content_type == "text/event-stream":
+                response = web.StreamResponse(
+                    status=200,
+                    headers={**SSE_HEADERS, "Content-Type": upstream.headers.get("Content-Type", "text/event-stream")},
+                )
+                await response.prepare(request)
+                await self._relay_events(upstream, response, relay, started, client_wants_usage)
+                await response.write_eof()
+            else:
+                data = await upstream.read()
+                self._note_progress()
+                if upstream.status < 400:
+                    relay.completion = Completion.SUCCESS
+                    if upstream.content_type == "application/json":
+                        try:
+                            relay.used_tokens = _usage_total(json.loads(data))
+                        except ValueError:
+                            relay.used_tokens = None
+                        relay.usage_reported = relay.used_tokens is not None
+                response = web.Response(status=upstream.status, body=data, headers=_response_headers(upstream))
+            if relay.chunks and not relay.usage_reported:
+                relay.used_tokens = prompt_tokens + relay.chunks  # counted: ~one token per event
+            return response
+        except asyncio.CancelledError:
+            relay.completion = Completion.CANCELLED
+            raise
+        except _ClientGone:
+            relay.completion = Completion.CANCELLED
+            return response or web.Response(status=499)
+        except TimeoutError:
+            relay.completion = Completion.FAILURE
+            if response is not None:
+                return response
+            status, hdrs, body_bytes = (
+                504,
+                {"Content-Type": "application/json"},
+                errors.error_body(504, f"the model server did not answer within {timeout_s:g} s", "upstream_timeout"),
+            )
+            return web.Response(status=status, headers=hdrs, body=body_bytes)
+        except aiohttp.ClientError as exc:
+            relay.completion = Completion.FAILURE
+            if response is not None:
+                return response
+            return web.Response(
+                status=502, headers={"Content-Type": "application/json"},
+                body=errors.error_body(502, f"model server unreachable: {type(exc).__name__}", "upstream_error"),
+            )  # fmt: skip
+        finally:
+            if upstream is not None:
+                if relay.completion is Completion.SUCCESS or relay.completion is Completion.NEUTRAL:
+                    upstream.release()
+                else:
+                    upstream.close()  # drop the connection: the backend aborts the generation
+
+    async def _relay_events(
+        self,
+        upstream: aiohttp.ClientResponse,
+        response: web.StreamResponse,
+        relay: Relay,
+        started: float,
+        client_wants_usage: bool,
+    ) -> None:
+        event: list[bytes] = []
+        async for line in upstream.content:
+            event.append(line)
+            if line not in (b"\n", b"\r\n"):
+                continue
+            await self._relay_event(b"".join(event), response, relay, started, client_wants_usage)
+            event.clear()
+        if event:
+            await self._relay_event(b"".join(event), response, relay, started, client_wants_usage)
+        relay.completion = Completion.SUCCESS
+
+    async def _relay_event(
+        self, event: bytes, response: web.StreamResponse, relay: Relay, started: float, client_wants_usage: bool
+    ) -> None:
+        if event.startswith(b"data: ") and not event.startswith(b"data: [DONE]"):
+            if relay.ttft_s is None:
+                relay.ttft_s = self._clock() - started
+            self._note_progress()
+            if b'"usage"' in event and b'"usage":null' not in event and b'"usage": null' not in event:
+                try:
+                    doc = json.loads(event[len(b"data: ") :])
+                except ValueError:
+                    doc = None
+                total = _usage_total(doc)
+                if total is not None and not doc.get("choices"):
+                    relay.used_tokens, relay.usage_reported = total, True
+                    if not client_wants_usage:
+                        return  # the usage chunk we asked for on the client's behalf
+            relay.chunks += 1
+        try:
+            await response.write(event)
+        except (ConnectionError, aiohttp.ClientConnectionResetError) as exc:
+            raise _ClientGone from exc
+
+    async def pass_through(self, request: web.Request) -> web.StreamResponse:
+        """Relay any other request unchanged (method, path, query, headers, body) and stream the answer."""
+        assert self.session is not None, "Forwarder.start() first"
+        url = self.upstream + request.rel_url.raw_path_qs
+        data = request.content if request.body_exists else None
+        try:
+            async with self.session.request(
+                request.method, url, headers=request_headers(request.headers), data=data
+            ) as up:
+                response = web.StreamResponse(status=up.status, headers=_response_headers(up))
+                await response.prepare(request)
+                async for chunk in up.content.iter_any():
+                    await response.write(chunk)
+                await response.write_eof()
+                return response
+        except aiohttp.ClientError as exc:
+            return web.Response(
+                status=502, headers={"Content-Type": "application/json"},
+                body=errors.error_body(502, f"model server unreachable: {type(exc).__name__}", "upstream_error"),
+            )  # fmt: skip
+
+
+def _response_headers(upstream: aiohttp.ClientResponse) -> dict[str, str]:
+    return {k: v for k, v in upstream.headers.items() if k.lower() not in HOP_BY_HOP}

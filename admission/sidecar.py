@@ -1,0 +1,415 @@
+"""The admission sidecar process: HTTP front, engine driving, background loops, draining.
+
+Routes:
+
+- ``POST /v1/chat/completions``, ``POST /v1/completions``: through admission (see
+  :mod:`tidegate.admission.engine`), then :class:`~tidegate.admission.proxy.Forwarder`;
+- ``GET /metrics`` (:mod:`tidegate.admission.metrics`), ``GET /tidegate/stats``
+  (:class:`~tidegate.admission.stats.StatsSnapshot`), ``POST /tidegate/drain`` (what a preStop
+  hook calls), ``GET /healthz`` (the process serves), ``GET /readyz`` (active role, not
+  draining, backend healthy: never "has spare capacity", so overload sheds with 429/503 while
+  the pod stays in the Service);
+- everything else is passed through to the model server untouched.
+
+Background loops: a ticker (every ``tick_s``: queue expiry, stall check, dispatch; every
+``reload_s``: config file and role label), and telemetry (every ``telemetry.pollIntervalMs``:
+backend ``/metrics`` and ``/health``, NVML).
+
+Release exactly once: the admitted path releases its ticket in one ``finally``; a handler
+cancelled while queued (the client went away; aiohttp cancels handlers on disconnect) cancels
+its ticket, which is then never dispatched.
+
+Draining (SIGTERM or ``POST /tidegate/drain``): new requests get 503 ``not_active`` with
+``Retry-After: 1``, readiness turns false, queued and in-flight requests finish; on SIGTERM the
+process exits once nothing is in flight or after the grace period.
+"""
+
+import asyncio
+import contextlib
+import json
+import logging
+import signal
+import time
+import uuid
+from collections.abc import Callable
+
+import aiohttp
+from aiohttp import web
+
+from tidegate.admission import errors, metrics, stats, telemetry
+from tidegate.admission.breaker import Completion
+from tidegate.admission.config import ConfigWatcher, SidecarConfig, SidecarSettings, read_role
+from tidegate.admission.cost import CHAT_PATH, COMPLETIONS_PATH, CostError
+from tidegate.admission.engine import Engine, EngineTuning, Telemetry
+from tidegate.admission.proxy import Forwarder, Relay
+from tidegate.admission.reasons import Reason
+from tidegate.admission.ticket import Ticket, TicketState
+from tidegate.api.admission import TenantIdentitySource
+
+log = logging.getLogger(__name__)
+
+BACKEND_METRICS_PATH = "/metrics"
+BACKEND_HEALTH_PATH = "/health"
+
+
+class BodyTooLarge(Exception):
+    """The request body is over ``maxRequestBytes``."""
+
+
+async def read_limited(request: web.Request, limit: int) -> bytes:
+    """The request body, refusing (:class:`BodyTooLarge`) as soon as it passes ``limit`` bytes."""
+    if request.content_length is not None and request.content_length > limit:
+        raise BodyTooLarge
+    parts, size = [], 0
+    async for chunk in request.content.iter_any():
+        size += len(chunk)
+        if size > limit:
+            raise BodyTooLarge
+        parts.append(chunk)
+    return b"".join(parts)
+
+
+class Sidecar:
+    """One sidecar: the engine, its HTTP app and its background loops."""
+
+    def __init__(
+        self,
+        settings: SidecarSettings,
+        config: SidecarConfig,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        tuning: EngineTuning | None = None,
+        nvml: telemetry.Nvml | None = None,
+        watcher: ConfigWatcher | None = None,
+    ) -> None:
+        self.settings, self.config, self.clock = settings, config, clock
+        self.engine = Engine(config.admission, config.model, clock, tuning)
+        self.forwarder = Forwarder(settings.upstream, self.engine.note_progress, clock)
+        self.nvml = nvml
+        self.gpu: telemetry.GpuReading | None = None
+        self.metrics = metrics.SidecarMetrics(config.pool, lambda: self.engine, lambda: self.gpu)
+        self.metrics.configure(
+            config.admission.tenancy.metrics_top_tenants, [t.name for t in config.admission.tenancy.tenants]
+        )
+        self.watcher = watcher
+        self.role = read_role(settings.labels_file)
+        self.draining = False
+        self.backend_healthy = True
+        self.instance_id = uuid.uuid4().hex
+        self.started_at_s = time.time()
+        self._waiters: dict[int, asyncio.Future[None]] = {}
+        self._tasks: list[asyncio.Task[None]] = []
+        self._runner: web.AppRunner | None = None
+        self.url = ""
+
+    # ---- app and lifecycle ----------------------------------------------------------------
+
+    def app(self) -> web.Application:
+        app = web.Application(client_max_size=1024**3)
+        app.router.add_post(CHAT_PATH, self._chat)
+        app.router.add_post(COMPLETIONS_PATH, self._completions)
+        app.router.add_get("/metrics", self._metrics)
+        app.router.add_get(stats.STATS_PATH, self._stats)
+        app.router.add_post("/tidegate/drain", self._drain)
+        app.router.add_get("/healthz", self._healthz)
+        app.router.add_get("/readyz", self._readyz)
+        app.router.add_route("*", "/{tail:.*}", self.forwarder.pass_through)
+        app.on_startup.append(self._on_startup)
+        app.on_cleanup.append(self._on_cleanup)
+        return app
+
+    async def _on_startup(self, _app: web.Application) -> None:
+        await self.forwarder.start()
+        self._tasks = [asyncio.create_task(self._tick_loop()), asyncio.create_task(self._telemetry_loop())]
+
+    async def _on_cleanup(self, _app: web.Application) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        await self.forwarder.close()
+        if self.nvml is not None:
+            self.nvml.close()
+
+    async def start(self, host: str | None = None, port: int | None = None) -> str:
+        """Serve on ``host:port`` (port 0: any free port); returns the base URL."""
+        self._runner = web.AppRunner(self.app(), handler_cancellation=True, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(
+            self._runner, host or self.settings.listen_host, self.settings.listen_port if port is None else port
+        )
+        await site.start()
+        bound = self._runner.addresses[0]
+        self.url = f"http://{bound[0]}:{bound[1]}"
+        return self.url
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    async def drain_and_wait(self, grace_s: float) -> bool:
+        """Start draining and wait until nothing is queued or in flight; False if the grace ran out."""
+        self.draining = True
+        deadline = self.clock() + grace_s
+        while self.engine.in_flight_requests or self.engine.queue.depth:
+            if self.clock() >= deadline:
+                return False
+            await asyncio.sleep(0.05)
+        return True
+
+    # ---- the admitted path ----------------------------------------------------------------
+
+    async def _chat(self, request: web.Request) -> web.StreamResponse:
+        return await self._admitted(request, CHAT_PATH)
+
+    async def _completions(self, request: web.Request) -> web.StreamResponse:
+        return await self._admitted(request, COMPLETIONS_PATH)
+
+    def _tenant(self, request: web.Request) -> str | None:
+        tenancy = self.engine.admission.tenancy
+        if tenancy.identity is TenantIdentitySource.HEADER:
+            return request.headers.get(tenancy.header) or "default"
+        if tenancy.identity is TenantIdentitySource.API_KEY:
+            return None  # key-hash mapping not implemented in the sidecar yet: refuse, never guess
+        return "default"
+
+    async def _admitted(self, request: web.Request, path: str) -> web.StreamResponse:
+        arrival = self.clock()
+        engine = self.engine
+        admission = engine.admission
+        priority = request.headers.get(admission.priority_header)
+        tenant = self._tenant(request)
+        if tenant is None:
+            return self._refuse(
+                "unknown",
+                priority,
+                Reason.UNAUTHORIZED,
+                "API-key tenant identity is not supported by this sidecar build",
+            )
+        if not self.serving:
+            why = "draining" if self.draining else f"in the {self.role!r} role"
+            return self._refuse(
+                tenant, priority, Reason.NOT_ACTIVE, f"this replica is {why}; retry another", retry_s=1.0
+            )
+        try:
+            raw = await read_limited(request, admission.max_request_bytes)
+        except BodyTooLarge:
+            return self._refuse(tenant, priority, Reason.REQUEST_TOO_LARGE,
+                                f"request body over {admission.max_request_bytes} bytes", code="request_body_too_large")  # fmt: skip
+        try:
+            body = json.loads(raw)
+        except (ValueError, UnicodeDecodeError):
+            return self._refuse(tenant, priority, Reason.BAD_REQUEST, "the request body is not valid JSON")
+        try:
+            cost = engine.cost(path, body)
+        except CostError as exc:
+            return self._refuse(tenant, priority, exc.reason, exc.message, code=exc.code, param=exc.param)
+
+        ticket = engine.submit(tenant, priority, cost)
+        self._wake_settled()  # a displaced request learns at once
+        if ticket.state is TicketState.QUEUED:
+            await self._wait_in_queue(ticket)
+        self.metrics.decision(ticket)
+        if ticket.state is TicketState.REJECTED:
+            return self._rejection(ticket)
+
+        relay = Relay()
+        try:
+            return await self.forwarder.forward(
+                request, path, body, raw, stream=cost.stream, client_wants_usage=cost.include_usage,
+                prompt_tokens=cost.prompt_tokens, timeout_s=float(admission.request_timeout_seconds), relay=relay,
+            )  # fmt: skip
+        finally:
+            engine.release(
+                ticket, relay.completion, ttft_s=relay.ttft_s, used_tokens=relay.used_tokens,
+                usage_reported=relay.usage_reported,
+            )  # fmt: skip
+            self._wake_settled()
+            if not relay.usage_reported and relay.completion is Completion.SUCCESS:
+                self.metrics.usage_missing.labels(self.metrics.pool).inc()
+            if relay.started_s:
+                ttft = None if relay.ttft_s is None else relay.started_s - arrival + relay.ttft_s
+                slo = engine._classes.get(ticket.priority)
+                slo_s = slo[1].ttft_slo_ms / 1000.0 if slo else None
+                self.metrics.finished(ticket, ttft, self.clock() - arrival, slo_s)
+
+    async def _wait_in_queue(self, ticket: Ticket) -> None:
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters[ticket.id] = future
+        try:
+            await future
+        except asyncio.CancelledError:  # the client went away while queued
+            self._waiters.pop(ticket.id, None)
+            if ticket.state is TicketState.QUEUED:
+                self.engine.cancel(ticket)
+            elif ticket.state is TicketState.ADMITTED:  # admitted in the same instant
+                self.metrics.decision(ticket)
+                self.engine.release(ticket, Completion.CANCELLED)
+            self._wake_settled()
+            raise
+
+    def _wake_settled(self) -> None:
+        for ticket in self.engine.take_settled():
+            future = self._waiters.pop(ticket.id, None)
+            if future is not None and not future.done():
+                future.set_result(None)
+
+    def _refuse(
+        self, tenant: str, priority: str | None, reason: Reason, message: str, *,
+        code: str | None = None, param: str | None = None, retry_s: float | None = None,
+    ) -> web.Response:  # fmt: skip
+        ticket = self.engine.refuse(tenant, priority, reason, message, code=code)
+        ticket.retry_after_s = retry_s
+        self.metrics.decision(ticket)
+        return self._rejection(ticket, param)
+
+    def _rejection(self, ticket: Ticket, param: str | None = None) -> web.Response:
+        assert ticket.reason is not None
+        status, headers, body = errors.rejection(
+            ticket.reason, ticket.message, ticket.retry_after_s, ticket.code, param
+        )
+        return web.Response(status=status, headers=headers, body=body)
+
+    # ---- operations endpoints ---------------------------------------------------------------
+
+    @property
+    def serving(self) -> bool:
+        """Whether new requests are taken: the active role and not draining."""
+        return self.role == "active" and not self.draining
+
+    async def _healthz(self, _request: web.Request) -> web.Response:
+        return web.json_response({"status": "ok"})
+
+    async def _readyz(self, _request: web.Request) -> web.Response:
+        ready = self.serving and self.backend_healthy
+        body = {"ready": ready, "role": self.role, "draining": self.draining, "backend_healthy": self.backend_healthy}
+        return web.json_response(body, status=200 if ready else 503)
+
+    async def _drain(self, _request: web.Request) -> web.Response:
+        self.draining = True
+        log.info("draining: refusing new requests, %d in flight", self.engine.in_flight_requests)
+        return web.json_response({"draining": True, "in_flight_requests": self.engine.in_flight_requests})
+
+    async def _metrics(self, _request: web.Request) -> web.Response:
+        return web.Response(
+            body=self.metrics.render(), headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"}
+        )
+
+    async def _stats(self, _request: web.Request) -> web.Response:
+        return web.Response(body=self.snapshot().model_dump_json(), content_type="application/json")
+
+    def snapshot(self) -> stats.StatsSnapshot:
+        """The stats contract document (tenants beyond the metrics top-N summed under ``other``)."""
+        engine, counters = self.engine, self.engine.counters
+        top_n = engine.admission.tenancy.metrics_top_tenants
+        ranked = sorted(
+            counters.tenants.items(), key=lambda kv: -(kv[1].admitted + kv[1].capacity_rejected + kv[1].policy_rejected)
+        )
+        tenants: dict[str, stats.TenantCounters] = {}
+        for i, (name, c) in enumerate(ranked):
+            key = name if i < top_n else metrics.OTHER
+            into = tenants.setdefault(key, stats.TenantCounters())
+            for field in ("admitted", "admitted_tokens", "demoted", "capacity_rejected", "policy_rejected"):
+                setattr(into, field, getattr(into, field) + getattr(c, field))
+        kv_age = engine.kv.age_s(engine.clock())
+        return stats.StatsSnapshot(
+            pool=self.config.pool, pod=self.settings.pod, role="draining" if self.draining else self.role,
+            instance_id=self.instance_id, started_at_s=self.started_at_s, time_s=time.time(),
+            admitted_total=counters.admitted_total, admitted_demoted_total=counters.admitted_demoted_total,
+            admitted_tokens_total=counters.admitted_tokens_total, completed_total=counters.completed_total,
+            rejected_total=dict(counters.rejected_total), tenants=tenants,
+            in_flight_requests=engine.in_flight_requests, in_flight_tokens=engine.in_flight_tokens,
+            token_budget=engine.admission.token_budget, max_concurrency=engine.admission.max_concurrency,
+            queue_depth=engine.queue.depth, breaker_state=stats.BreakerState(engine.breaker_state.value),
+            kv_cache_usage=engine.kv.value, telemetry_age_s=None if kv_age is None else max(0.0, kv_age),
+        )  # fmt: skip
+
+    # ---- background loops ---------------------------------------------------------------------
+
+    async def _tick_loop(self) -> None:
+        next_reload = self.clock()
+        while True:
+            await asyncio.sleep(self.settings.tick_s)
+            self.engine.tick()
+            self._wake_settled()
+            if self.clock() >= next_reload:
+                next_reload = self.clock() + self.settings.reload_s
+                self._reload()
+
+    def _reload(self) -> None:
+        self.role = read_role(self.settings.labels_file)
+        if self.watcher is None:
+            return
+        new = self.watcher.poll()
+        if new is None:
+            if self.watcher.last_error:
+                log.warning("config not reloaded, keeping the last good one: %s", self.watcher.last_error)
+                self.watcher.last_error = None
+            return
+        self.config = new
+        self.engine.reconfigure(new.admission, new.model)
+        self.metrics.configure(
+            new.admission.tenancy.metrics_top_tenants, [t.name for t in new.admission.tenancy.tenants]
+        )
+        self._wake_settled()
+        log.info("config reloaded from %s", self.watcher.path)
+
+    async def _telemetry_loop(self) -> None:
+        session = self.forwarder.session
+        assert session is not None
+        timeout = aiohttp.ClientTimeout(total=2.0)
+        while True:
+            interval = self.engine.admission.telemetry.poll_interval_ms / 1000.0
+            reading = await self._read_backend(session, timeout)
+            if self.nvml is not None and self.nvml.available:
+                self.gpu = await asyncio.to_thread(self.nvml.read)
+                if self.gpu is not None:
+                    reading = Telemetry(reading.kv_cache_usage, self.gpu.memory_usage, reading.generation_tokens_total)
+            self.engine.observe_telemetry(reading)
+            self._wake_settled()
+            await asyncio.sleep(interval)
+
+    async def _read_backend(self, session: aiohttp.ClientSession, timeout: aiohttp.ClientTimeout) -> Telemetry:
+        upstream = self.forwarder.upstream
+        try:
+            async with session.get(upstream + BACKEND_HEALTH_PATH, timeout=timeout) as resp:
+                self.backend_healthy = resp.status < 500
+        except (aiohttp.ClientError, TimeoutError):
+            self.backend_healthy = False
+        if not tuple(telemetry.names_for(self.engine.model.engine)):
+            return Telemetry()
+        try:
+            async with session.get(upstream + BACKEND_METRICS_PATH, timeout=timeout) as resp:
+                if resp.status != 200:
+                    return Telemetry()
+                text = await resp.text()
+            return await asyncio.to_thread(telemetry.parse_backend_metrics, text, self.engine.model.engine)
+        except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+            log.debug("backend metrics unreadable: %s", exc)
+            return Telemetry()
+
+
+async def serve(settings: SidecarSettings) -> int:
+    """Run a sidecar until SIGTERM/SIGINT, then drain within the grace period. Returns the exit code."""
+    watcher = ConfigWatcher(settings.config_path)
+    sidecar = Sidecar(settings, watcher.config, nvml=telemetry.Nvml(), watcher=watcher)
+    url = await sidecar.start()
+    log.info(
+        "tidegate admission on %s -> %s (pool %r, role %s)", url, settings.upstream, watcher.config.pool, sidecar.role
+    )
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    grace = (
+        settings.drain_grace_s
+        if settings.drain_grace_s is not None
+        else float(sidecar.engine.admission.request_timeout_seconds)
+    )
+    log.info("signal received: draining %d in flight (grace %g s)", sidecar.engine.in_flight_requests, grace)
+    clean = await sidecar.drain_and_wait(grace)
+    await sidecar.stop()
+    return 0 if clean else 1
