@@ -3,6 +3,7 @@
 Config file (YAML or JSON; the operator mounts it from a ConfigMap)::
 
     pool: small            # optional: the InferencePool's name, a metrics label
+    namespace: default     # optional, informational
     model: {name: meta-llama/Llama-3.1-8B-Instruct, engine: vllm, maxContextTokens: 8192}
     admission: {tokenBudget: 65536, maxConcurrency: 64, ...}   # optional: all defaults
 
@@ -36,6 +37,7 @@ class SidecarConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     pool: str = Field(default="", max_length=253, description="InferencePool name (metrics and stats label).")
+    namespace: str = Field(default="", max_length=253, description="The pool's namespace (informational).")
     model: ModelSpec
     admission: AdmissionSpec = Field(default_factory=AdmissionSpec)
 

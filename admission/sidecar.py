@@ -19,7 +19,7 @@ Release exactly once: the admitted path releases its ticket in one ``finally``; 
 cancelled while queued (the client went away; aiohttp cancels handlers on disconnect) cancels
 its ticket, which is then never dispatched.
 
-Draining (SIGTERM or ``POST /tidegate/drain``): new requests get 503 ``not_active`` with
+Draining (SIGTERM, or ``POST``/``GET /tidegate/drain[?wait=true]`` from a preStop hook): new requests get 503 ``not_active`` with
 ``Retry-After: 1``, readiness turns false, queued and in-flight requests finish; on SIGTERM the
 process exits once nothing is in flight or after the grace period.
 """
@@ -111,6 +111,7 @@ class Sidecar:
         app.router.add_get("/metrics", self._metrics)
         app.router.add_get(stats.STATS_PATH, self._stats)
         app.router.add_post("/tidegate/drain", self._drain)
+        app.router.add_get("/tidegate/drain", self._drain)  # a preStop httpGet hook
         app.router.add_get("/healthz", self._healthz)
         app.router.add_get("/readyz", self._readyz)
         app.router.add_route("*", "/{tail:.*}", self.forwarder.pass_through)
@@ -287,10 +288,23 @@ class Sidecar:
         body = {"ready": ready, "role": self.role, "draining": self.draining, "backend_healthy": self.backend_healthy}
         return web.json_response(body, status=200 if ready else 503)
 
-    async def _drain(self, _request: web.Request) -> web.Response:
+    async def _drain(self, request: web.Request) -> web.Response:
+        """Start draining; with ``?wait=true`` answer only when nothing is queued or in flight
+        (or the grace ran out), so a preStop hook holds SIGTERM back until then."""
         self.draining = True
         log.info("draining: refusing new requests, %d in flight", self.engine.in_flight_requests)
-        return web.json_response({"draining": True, "in_flight_requests": self.engine.in_flight_requests})
+        done = True
+        if request.query.get("wait", "").lower() in ("1", "true", "yes"):
+            done = await self.drain_and_wait(self.drain_grace_s)
+        body = {"draining": True, "done": done, "in_flight_requests": self.engine.in_flight_requests}
+        return web.json_response(body)
+
+    @property
+    def drain_grace_s(self) -> float:
+        """How long draining waits for in-flight requests (flag, else ``requestTimeoutSeconds``)."""
+        if self.settings.drain_grace_s is not None:
+            return self.settings.drain_grace_s
+        return float(self.engine.admission.request_timeout_seconds)
 
     async def _metrics(self, _request: web.Request) -> web.Response:
         return web.Response(

@@ -1,0 +1,122 @@
+"""Streams through the sidecar: unbuffered, released on every path, usage handled."""
+
+import asyncio
+import itertools
+import statistics
+
+from tidegate.admission.ticket import TicketState
+
+from .helpers import chat, eventually, sse_events
+
+
+async def test_client_abort_mid_stream_releases_and_the_next_request_is_admitted(
+    start_sim, start_sidecar, http
+) -> None:
+    sim = await start_sim(decode_tokens_per_s=20)
+    sidecar = await start_sidecar(sim.url, admission={"maxConcurrency": 1, "queue": {"maxDepth": 0}})
+    resp = await http.post(sidecar.url + "/v1/chat/completions", json=chat(max_tokens=500, stream=True))
+    assert resp.status == 200
+    assert len(await sse_events(resp, limit=3)) == 3
+    assert sidecar.engine.in_flight_requests == 1
+    resp.close()  # the client goes away mid-stream
+    await eventually(lambda: sidecar.engine.in_flight_requests == 0, what="in-flight back to zero")
+    assert sidecar.engine.in_flight_tokens == 0
+    await eventually(lambda: sim.model.num_running == 0, what="the backend aborted the generation")
+    async with http.post(sidecar.url + "/v1/chat/completions", json=chat(max_tokens=2)) as ok:
+        assert ok.status == 200
+
+
+async def test_sse_gaps_are_preserved(start_sim, start_sidecar, http) -> None:
+    sim = await start_sim(decode_tokens_per_s=20)  # one event every 50 ms
+    sidecar = await start_sidecar(sim.url)
+    async with http.post(sidecar.url + "/v1/chat/completions", json=chat(max_tokens=40, stream=True)) as resp:
+        assert resp.headers["X-Accel-Buffering"] == "no"
+        assert resp.headers["Cache-Control"] == "no-cache"
+        events = await sse_events(resp)
+    content = [t for t, e in events if isinstance(e, dict) and e["choices"] and e["choices"][0]["delta"].get("content")]
+    gaps_ms = [(b - a) * 1000 for a, b in itertools.pairwise(content[1:])]  # the first gap holds the TTFT
+    assert len(gaps_ms) >= 30
+    errors_ms = sorted(abs(g - 50.0) for g in gaps_ms)
+    p95 = errors_ms[int(0.95 * (len(errors_ms) - 1))]
+    assert p95 <= 10.0, f"gap error p95 {p95:.1f} ms (median gap {statistics.median(gaps_ms):.1f} ms)"
+
+
+async def test_usage_chunk_is_hidden_unless_asked_and_charged(start_sim, start_sidecar, http) -> None:
+    sim = await start_sim()
+    sidecar = await start_sidecar(sim.url)
+    async with http.post(sidecar.url + "/v1/chat/completions", json=chat(max_tokens=5, stream=True)) as resp:
+        events = await sse_events(resp)
+    assert events[-1][1] == "[DONE]"
+    assert not any(isinstance(e, dict) and e.get("usage") for _, e in events)
+    assert sidecar.engine.counters.usage_missing_total == 0  # we asked upstream on the client's behalf
+    charged = sidecar.engine.counters.charged_tokens_total
+    body = chat(max_tokens=5, stream=True, stream_options={"include_usage": True})
+    async with http.post(sidecar.url + "/v1/chat/completions", json=body) as resp:
+        events = await sse_events(resp)
+    usage = [e["usage"] for _, e in events if isinstance(e, dict) and e.get("usage")]
+    assert len(usage) == 1
+    assert sidecar.engine.counters.charged_tokens_total - charged == usage[0]["total_tokens"]
+
+
+async def test_largest_output_cap_is_reserved(start_sim, start_sidecar, http) -> None:
+    sim = await start_sim(decode_tokens_per_s=20)
+    sidecar = await start_sidecar(sim.url)
+    body = chat("hi", max_tokens=1, max_completion_tokens=10000, stream=True)
+    async with http.post(sidecar.url + "/v1/chat/completions", json=body) as resp:
+        await sse_events(resp, limit=1)
+        (ticket,) = sidecar.engine.in_flight.values()
+        assert ticket.cost.output_tokens == 10000
+        async with http.get(sidecar.url + "/tidegate/stats") as stats:
+            doc = await stats.json()
+        assert doc["in_flight_tokens"] == ticket.reserved_tokens >= 10000
+        assert doc["in_flight_tokens"] - 10000 == ticket.reserved_tokens - 10000 < 100  # the small prompt
+
+
+async def test_client_gone_while_queued_is_never_dispatched(start_sim, start_sidecar, http) -> None:
+    sim = await start_sim(decode_tokens_per_s=20)
+    sidecar = await start_sidecar(sim.url, admission={"maxConcurrency": 1, "queue": {"maxWaitMs": 30000}})
+    first = await http.post(sidecar.url + "/v1/chat/completions", json=chat(max_tokens=40, stream=True))
+    await sse_events(first, limit=1)
+    batch = {"x-priority": "batch"}  # a 60 s SLO: it waits rather than being refused as unreachable
+    task = asyncio.ensure_future(
+        http.post(sidecar.url + "/v1/chat/completions", json=chat(max_tokens=5), headers=batch)
+    )
+    await eventually(lambda: sidecar.engine.queue.depth == 1, what="second request queued")
+    (waiting,) = list(sidecar.engine.queue.queued())
+    task.cancel()  # the client gives up while queued
+    await eventually(lambda: waiting.state is TicketState.CANCELLED, what="queued ticket cancelled")
+    await sse_events(first)
+    first.close()
+    await eventually(lambda: sidecar.engine.in_flight_requests == 0)
+    assert waiting.admitted_at_s is None  # never dispatched
+    assert sidecar.engine.counters.admitted_total == 1
+
+
+async def test_upstream_5xx_is_relayed_and_counted_as_failure(start_sim, start_sidecar, http) -> None:
+    sim = await start_sim()
+    sidecar = await start_sidecar(sim.url)
+    async with http.post(sim.url + "/sim/faults", json={"error_rate": 1.0}) as r:
+        assert r.status == 200
+    async with http.post(sidecar.url + "/v1/chat/completions", json=chat(max_tokens=2)) as resp:
+        assert resp.status == 500
+    assert sidecar.engine.in_flight_requests == 0
+    assert sidecar.engine.breaker._consecutive_failures == 1
+
+
+async def test_unreachable_upstream_is_a_502_and_releases(start_sidecar, http) -> None:
+    sidecar = await start_sidecar("http://127.0.0.1:9")  # discard port: connection refused
+    async with http.post(sidecar.url + "/v1/chat/completions", json=chat(max_tokens=2)) as resp:
+        assert resp.status == 502
+        assert (await resp.json())["error"]["code"] == "upstream_error"
+    assert sidecar.engine.in_flight_requests == 0
+
+
+async def test_other_paths_pass_through(start_sim, start_sidecar, http) -> None:
+    sim = await start_sim()
+    sidecar = await start_sidecar(sim.url)
+    async with http.get(sidecar.url + "/v1/models") as resp:
+        assert resp.status == 200
+        assert (await resp.json())["data"][0]["id"] == "sim-llama-3.1-8b"
+    async with http.post(sidecar.url + "/tokenize", json={"model": "sim-llama-3.1-8b", "prompt": "abcd efgh"}) as resp:
+        assert resp.status == 200
+    assert sidecar.engine.counters.admitted_total == 0
