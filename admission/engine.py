@@ -144,6 +144,10 @@ class Engine:
         self._classes: dict[str, tuple[int, PriorityClass]] = {
             c.name: (rank, c) for rank, c in enumerate(admission.priority_classes)
         }
+        budget = admission.token_budget
+        reserved = sum(c.reserved_share for c in admission.priority_classes)
+        # tokens a class may ever hold: the budget less the other classes' reservations
+        self._room = {c.name: budget - (reserved - c.reserved_share) * budget for c in admission.priority_classes}
         self.breaker.reconfigure(admission.circuit_breaker)
         self.tenants.reconfigure(admission.tenancy)
         self._active_weight = sum(s.policy.weight for s in self.tenants.states.values() if s.accepted)
@@ -203,7 +207,7 @@ class Engine:
         ticket.rank = rank
         ticket.deadline_s = now + min(klass.ttft_slo_ms, self.admission.queue.max_wait_ms) / 1000.0
         budget = self.admission.token_budget
-        room = budget - sum(c.reserved_share * budget for other, (_, c) in self._classes.items() if other != name)
+        room = self._room[name]
         policy = self.tenants.policy(tenant)
         if cost.reserved_tokens > room:
             return self._reject(
@@ -547,6 +551,8 @@ class Engine:
         return wait
 
     def _gate_reason(self, now: float) -> Reason | None:
+        if self.kv.value is None and self.gpu.value is None:
+            return None  # no telemetry at all (engine without a KV gauge, no GPU): nothing to gate on
         telemetry = self.admission.telemetry
         idle = not self.in_flight
         if self.kv.blocking(

@@ -63,11 +63,10 @@ class Ticket:
     start_tag: float = 0.0
     finish_tag: float = 0.0
     seq: int = 0
+    reserved_tokens: int = 0  # tokens this request holds while admitted (``cost.reserved_tokens``)
 
-    @property
-    def reserved_tokens(self) -> int:
-        """Tokens this request holds while admitted."""
-        return self.cost.reserved_tokens
+    def __post_init__(self) -> None:
+        self.reserved_tokens = self.cost.reserved_tokens
 
     @property
     def demoted(self) -> bool:
