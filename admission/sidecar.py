@@ -32,6 +32,7 @@ import signal
 import time
 import uuid
 from collections.abc import Callable
+from typing import Any
 
 import aiohttp
 from aiohttp import web
@@ -45,6 +46,8 @@ from tidegate.admission.proxy import Forwarder, Relay
 from tidegate.admission.reasons import Reason
 from tidegate.admission.ticket import Ticket, TicketState
 from tidegate.api.admission import TenantIdentitySource
+from tidegate.api.serving import Engine as BackendEngine
+from tidegate.api.serving import PromptTokenizer
 
 log = logging.getLogger(__name__)
 
@@ -205,6 +208,10 @@ class Sidecar:
             return self._refuse(tenant, priority, Reason.BAD_REQUEST, "the request body is not valid JSON")
         try:
             cost = engine.cost(path, body)
+            if engine.model.tokenizer is PromptTokenizer.BACKEND and not cost.prompt_exact:
+                exact = await self._count_prompt_tokens(path, body)
+                if exact is not None:
+                    cost = engine.cost(path, body, prompt_tokens=exact)
         except CostError as exc:
             return self._refuse(tenant, priority, exc.reason, exc.message, code=exc.code, param=exc.param)
 
@@ -235,6 +242,40 @@ class Sidecar:
                 slo = engine._classes.get(ticket.priority)
                 slo_s = slo[1].ttft_slo_ms / 1000.0 if slo else None
                 self.metrics.finished(ticket, ttft, self.clock() - arrival, slo_s)
+
+    async def _count_prompt_tokens(self, path: str, body: dict[str, Any]) -> int | None:
+        """Exact prompt tokens from the backend's ``/tokenize`` (``tokenizer: backend``), None on any failure.
+
+        vLLM (and the sim-backend): ``{"model", "messages"}`` (chat template applied) or
+        ``{"model", "prompt"}`` -> ``{"count": N}``. llama.cpp: ``{"content"}`` -> ``{"tokens": [...]}``
+        (completions only: its /tokenize does not apply a chat template). Falls back to the estimate.
+        """
+        session = self.forwarder.session
+        assert session is not None
+        model = self.engine.model
+        if model.engine is BackendEngine.LLAMACPP:
+            if path != COMPLETIONS_PATH or not isinstance(body.get("prompt"), str):
+                return None
+            doc: dict[str, Any] = {"content": body["prompt"]}
+        elif path == CHAT_PATH:
+            doc = {"model": body.get("model") or model.name, "messages": body["messages"]}
+        elif isinstance(body.get("prompt"), str):
+            doc = {"model": body.get("model") or model.name, "prompt": body["prompt"]}
+        else:
+            return None
+        try:
+            async with session.post(
+                self.forwarder.upstream + "/tokenize", json=doc, timeout=aiohttp.ClientTimeout(total=2.0)
+            ) as resp:
+                if resp.status != 200:
+                    return None
+                answer = await resp.json()
+        except (aiohttp.ClientError, TimeoutError, ValueError):
+            return None
+        count = answer.get("count") if isinstance(answer, dict) else None
+        if not isinstance(count, int) and isinstance(answer, dict) and isinstance(answer.get("tokens"), list):
+            count = len(answer["tokens"])
+        return count if isinstance(count, int) and count >= 0 else None
 
     async def _wait_in_queue(self, ticket: Ticket) -> None:
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()

@@ -120,3 +120,16 @@ async def test_other_paths_pass_through(start_sim, start_sidecar, http) -> None:
     async with http.post(sidecar.url + "/tokenize", json={"model": "sim-llama-3.1-8b", "prompt": "abcd efgh"}) as resp:
         assert resp.status == 200
     assert sidecar.engine.counters.admitted_total == 0
+
+
+async def test_backend_tokenizer_makes_the_prompt_exact(start_sim, start_sidecar, http) -> None:
+    sim = await start_sim(decode_tokens_per_s=20)
+    sidecar = await start_sidecar(sim.url, model={"tokenizer": "backend"}, admission={"safetyFactor": 2.0})
+    body = chat("the quick brown fox jumps over the lazy dog " * 20, max_tokens=50, stream=True)
+    async with http.post(sim.url + "/tokenize", json={"model": body["model"], "messages": body["messages"]}) as r:
+        count = (await r.json())["count"]
+    async with http.post(sidecar.url + "/v1/chat/completions", json=body) as resp:
+        await sse_events(resp, limit=1)
+        (ticket,) = sidecar.engine.in_flight.values()
+    assert ticket.cost.prompt_exact and ticket.cost.prompt_tokens == count
+    assert ticket.reserved_tokens == count + 50  # exact: no safety factor
