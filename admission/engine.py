@@ -4,12 +4,13 @@ Decision order for :meth:`Engine.submit` (each step O(1) or O(classes), except t
 prediction which scans the bounded queue when it is not empty):
 
 1. class and never-fits checks: unknown class -> ``bad_request``; cost over the replica's
-   budget (less the shares reserved for other classes) or over the tenant's whole bucket ->
+   budget (less the shares reserved for other classes), over the tenant's whole bucket or over its
+   ``maxInFlightTokens`` ->
    ``request_too_large`` (final, no ``retry_after_s``);
 2. circuit breaker -> ``circuit_open``;
 3. system gate (KV cache, GPU memory) -> ``kv_pressure`` / ``gpu_memory``;
-4. tenant policy: accepted requests >= ``maxConcurrency`` -> ``tenant_concurrency``; bucket short
-   -> ``tenant_rate``;
+4. tenant policy: accepted requests >= ``maxConcurrency``, or accepted tokens over
+   ``maxInFlightTokens`` -> ``tenant_concurrency``; bucket short -> ``tenant_rate``;
 5. replica capacity: admit at once when nothing is queued and it fits; otherwise queue in the
    weighted-fair queue (:mod:`~tidegate.admission.fairqueue`) unless the predicted start misses
    the deadline (``slo_unreachable``, at once) or the queue is full (a higher class displaces the
@@ -215,6 +216,12 @@ class Engine:
                 f"request needs {cost.reserved_tokens} tokens; class {name!r} may use at most {math.floor(room)} "
                 f"of this replica's {budget}-token budget", None, code="request_too_large",
             )  # fmt: skip
+        if policy.max_in_flight_tokens is not None and cost.reserved_tokens > policy.max_in_flight_tokens:
+            return self._reject(
+                ticket, Reason.REQUEST_TOO_LARGE,
+                f"request needs {cost.reserved_tokens} tokens; tenant {tenant!r} may hold at most "
+                f"{policy.max_in_flight_tokens} in flight", None, code="request_too_large",
+            )  # fmt: skip
         if cost.reserved_tokens > burst_tokens(policy):
             return self._reject(
                 ticket, Reason.REQUEST_TOO_LARGE,
@@ -237,6 +244,13 @@ class Engine:
             return self._reject(
                 ticket, Reason.TENANT_CONCURRENCY,
                 f"tenant {tenant!r} has {state.accepted} requests in progress (limit {policy.max_concurrency})",
+                self._mean_duration_s / 2,
+            )  # fmt: skip
+        cap = policy.max_in_flight_tokens
+        if cap is not None and state.accepted_tokens + cost.reserved_tokens > cap:
+            return self._reject(
+                ticket, Reason.TENANT_CONCURRENCY,
+                f"tenant {tenant!r} holds {state.accepted_tokens} tokens queued or in flight (limit {cap})",
                 self._mean_duration_s / 2,
             )  # fmt: skip
         rate_wait = state.rate_wait_s(cost.reserved_tokens, now)
@@ -457,10 +471,12 @@ class Engine:
         if state.accepted == 0:
             self._active_weight += state.policy.weight
         state.accepted += 1
+        state.accepted_tokens += ticket.reserved_tokens
         state.take(ticket.reserved_tokens, now)
 
     def _unaccept(self, ticket: Ticket, state: TenantState) -> None:
         state.accepted -= 1
+        state.accepted_tokens -= ticket.reserved_tokens
         if state.accepted == 0:
             self._active_weight = max(0.0, self._active_weight - state.policy.weight)
 

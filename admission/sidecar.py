@@ -387,11 +387,14 @@ class Sidecar:
         next_reload = self.clock()
         while True:
             await asyncio.sleep(self.settings.tick_s)
-            self.engine.tick()
-            self._wake_settled()
-            if self.clock() >= next_reload:
-                next_reload = self.clock() + self.settings.reload_s
-                self._reload()
+            try:
+                self.engine.tick()
+                self._wake_settled()
+                if self.clock() >= next_reload:
+                    next_reload = self.clock() + self.settings.reload_s
+                    self._reload()
+            except Exception:  # a bug here must not stop expiry and dispatch for good
+                log.exception("admission tick failed")
 
     def _reload(self) -> None:
         self.role = read_role(self.settings.labels_file)
@@ -417,13 +420,18 @@ class Sidecar:
         timeout = aiohttp.ClientTimeout(total=2.0)
         while True:
             interval = self.engine.admission.telemetry.poll_interval_ms / 1000.0
-            reading = await self._read_backend(session, timeout)
-            if self.nvml is not None and self.nvml.available:
-                self.gpu = await asyncio.to_thread(self.nvml.read)
-                if self.gpu is not None:
-                    reading = Telemetry(reading.kv_cache_usage, self.gpu.memory_usage, reading.generation_tokens_total)
-            self.engine.observe_telemetry(reading)
-            self._wake_settled()
+            try:
+                reading = await self._read_backend(session, timeout)
+                if self.nvml is not None and self.nvml.available:
+                    self.gpu = await asyncio.to_thread(self.nvml.read)
+                    if self.gpu is not None:
+                        reading = Telemetry(
+                            reading.kv_cache_usage, self.gpu.memory_usage, reading.generation_tokens_total
+                        )
+                self.engine.observe_telemetry(reading)
+                self._wake_settled()
+            except Exception:  # e.g. an NVML error: the reading ages and the stale policy applies
+                log.exception("telemetry poll failed")
             await asyncio.sleep(interval)
 
     async def _read_backend(self, session: aiohttp.ClientSession, timeout: aiohttp.ClientTimeout) -> Telemetry:

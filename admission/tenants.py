@@ -1,7 +1,8 @@
 """Per-tenant policy state: a concurrency count held until the response ends, and a token bucket.
 
 - **Concurrency** counts requests accepted (queued or in flight) and is decremented only when the
-  request is released, cancelled or refused from the queue: it is not a refilling bucket.
+  request is released, cancelled or refused from the queue: it is not a refilling bucket. The
+  same holds for **in-flight tokens** (``maxInFlightTokens``: the tenant's share of the KV cache).
 - **Token rate**: a bucket of ``burstTokens`` (default 10 s of ``tokensPerSecond``) refilling at
   ``tokensPerSecond``. Accepting a request takes its reserved tokens; releasing it refunds what was
   reserved but not used (usage reported by the backend, else the reservation: never zero), so the
@@ -28,11 +29,12 @@ def burst_tokens(policy: TenantPolicy) -> float:
 
 @dataclass(slots=True)
 class TenantState:
-    """Live state of one tenant. ``accepted``: requests queued or in flight; ``running_tokens``:
-    reserved tokens of its admitted (in-flight) requests."""
+    """Live state of one tenant. ``accepted`` / ``accepted_tokens``: requests (and their reserved
+    tokens) queued or in flight; ``running_tokens``: reserved tokens of its admitted requests."""
 
     policy: TenantPolicy
     accepted: int = 0
+    accepted_tokens: int = 0
     running_tokens: int = 0
     bucket_tokens: float = float("inf")
     bucket_at_s: float = 0.0

@@ -189,6 +189,13 @@ class TenantPolicy(ApiModel):
     burst_tokens: int | None = Field(
         default=None, ge=1, description="Token bucket size. Unset: 10 s of `tokensPerSecond`."
     )
+    max_in_flight_tokens: int | None = Field(
+        default=None,
+        ge=1,
+        description="Reserved tokens (prompt + output) this tenant may hold per replica at once, queued "
+        "or running: its share of the KV cache, so one tenant's long contexts cannot evict everyone "
+        "else's. Unset: only the replica's token budget bounds it.",
+    )
 
 
 class Tenant(TenantPolicy):

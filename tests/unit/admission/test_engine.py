@@ -284,3 +284,18 @@ def test_every_rejection_is_counted_by_reason_and_tenant() -> None:
     e.refuse("b", None, Reason.BAD_REQUEST, "not JSON")
     assert e.counters.rejected_total == {Reason.TENANT_CONCURRENCY: 1, Reason.BAD_REQUEST: 1}
     assert e.counters.tenants["a"].policy_rejected == 1 and e.counters.tenants["a"].admitted == 1
+
+
+def test_a_tenants_in_flight_tokens_are_capped_until_released() -> None:
+    clock = FakeClock()
+    e = engine(clock, tokenBudget=10_000, tenancy={"default": {"maxInFlightTokens": 500}})
+    long_context = e.submit("a", None, tokens(400))
+    refused = e.submit("a", None, tokens(200))
+    assert refused.reason is Reason.TENANT_CONCURRENCY and "500" in refused.message
+    assert e.submit("b", None, tokens(400)).state is TicketState.ADMITTED  # its share, not everyone's
+    assert e.submit("a", None, tokens(100)).state is TicketState.ADMITTED  # exactly at the cap
+    assert e.submit("a", None, tokens(600)).reason is Reason.REQUEST_TOO_LARGE  # can never fit
+    clock.advance(3600)
+    assert e.submit("a", None, tokens(200)).reason is Reason.TENANT_CONCURRENCY  # time alone frees nothing
+    e.release(long_context, Completion.SUCCESS)
+    assert e.submit("a", None, tokens(200)).state is TicketState.ADMITTED

@@ -38,7 +38,9 @@ def test_budget_holds_and_every_admit_is_released_exactly_once(ops: list[tuple],
         clock,
         tuning=EngineTuning(prior_duration_s=1.0),
         queue={"maxDepth": depth, "maxWaitMs": 20_000},
-        tenancy={"default": {"maxConcurrency": 3, "tokensPerSecond": 200, "burstTokens": 1500}},
+        tenancy={
+            "default": {"maxConcurrency": 3, "tokensPerSecond": 200, "burstTokens": 1500, "maxInFlightTokens": 1800}
+        },
         circuitBreaker={"minSamples": 3},
     )
     tickets: list[Ticket] = []
@@ -89,7 +91,7 @@ def test_budget_holds_and_every_admit_is_released_exactly_once(ops: list[tuple],
     assert admitted_ever == released
     assert e.counters.admitted_total == len(admitted_ever)
     assert e.in_flight_tokens == 0 and e.queue.depth == 0 and e.queue.tokens == 0
-    assert all(s.accepted == 0 and s.running_tokens == 0 for s in e.tenants.states.values())
+    assert all(s.accepted == s.accepted_tokens == s.running_tokens == 0 for s in e.tenants.states.values())
     clock.advance(3600)
     e.tenants.prune(clock())
     assert e.tenants.states == {}
