@@ -2,7 +2,7 @@
 
 Pure (no I/O, no clock of its own). The sidecars' ``*_total`` fields are monotonic counters
 since the sidecar process started (``admission.stats``); this module turns two snapshots of
-one pod into a :class:`PodDelta`, robust to:
+one pod (kept as compact :class:`Sample` s) into a :class:`PodDelta`, robust to:
 
 - **counter resets**: a new ``instance_id`` (or any counter going down) means the sidecar
   restarted; its counters started from zero at ``started_at_s``, so the delta is the new
@@ -12,7 +12,7 @@ one pod into a :class:`PodDelta`, robust to:
 - **pods going**: a pod no longer listed is simply not counted (its last rejections were
   already in earlier windows).
 
-:class:`SnapshotHistory` keeps, per pod, the snapshots of the last ``keep_s`` seconds, so a
+:class:`SampleHistory` keeps, per pod, the samples of the last ``keep_s`` seconds, so a
 rate always covers about ``window_s`` of the *sidecar's* clock whoever polls and however often:
 two scaler replicas polling the same pods get the same rates (see :mod:`tidegate.scaler.service`).
 """
@@ -20,10 +20,45 @@ two scaler replicas polling the same pods get the same rates (see :mod:`tidegate
 import collections
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from tidegate.admission.stats import StatsSnapshot
 from tidegate.scaler.law import Observation
 from tidegate.scaler.pods import PodInfo
+
+
+class Sample(NamedTuple):
+    """The part of one :class:`StatsSnapshot` the scaler keeps: a handful of numbers per pod.
+
+    ``tenant_capacity`` lists only tenants with capacity rejections (usually none), so keeping
+    thousands of samples costs little memory and little garbage-collector work.
+    """
+
+    time_s: float
+    started_at_s: float
+    instance_id: str
+    admitted: int
+    capacity_rejected: int
+    policy_rejected: int
+    in_flight_tokens: int
+    token_budget: int
+    queue_depth: int
+    tenant_capacity: Mapping[str, int]
+
+    @classmethod
+    def of(cls, s: StatsSnapshot) -> "Sample":
+        return cls(
+            s.time_s,
+            s.started_at_s,
+            s.instance_id,
+            s.admitted_total,
+            s.capacity_rejected_total,
+            s.policy_rejected_total,
+            s.in_flight_tokens,
+            s.token_budget,
+            s.queue_depth,
+            {name: t.capacity_rejected for name, t in s.tenants.items() if t.capacity_rejected > 0},
+        )
 
 
 @dataclass(frozen=True)
@@ -38,20 +73,15 @@ class PodDelta:
     reset: bool = False
 
 
-def _counters(s: StatsSnapshot) -> tuple[int, int, int]:
-    return s.admitted_total, s.capacity_rejected_total, s.policy_rejected_total
-
-
-def _from_start(cur: StatsSnapshot, max_window_s: float) -> PodDelta | None:
+def _from_start(cur: Sample, max_window_s: float) -> PodDelta | None:
     window = cur.time_s - cur.started_at_s
     if not 0 < window <= max_window_s:
         return None
-    admitted, cap, pol = _counters(cur)
-    tenants = frozenset(name for name, t in cur.tenants.items() if t.capacity_rejected > 0)
-    return PodDelta(window, admitted, cap, pol, tenants, reset=True)
+    tenants = frozenset(cur.tenant_capacity)
+    return PodDelta(window, cur.admitted, cur.capacity_rejected, cur.policy_rejected, tenants, reset=True)
 
 
-def pod_delta(prev: StatsSnapshot | None, cur: StatsSnapshot, max_window_s: float) -> PodDelta | None:
+def pod_delta(prev: Sample | None, cur: Sample, max_window_s: float) -> PodDelta | None:
     """Counts between ``prev`` and ``cur`` of one pod; None when there is no usable baseline.
 
     ``max_window_s`` bounds how far back a pod's start may be used as a zero baseline.
@@ -59,13 +89,12 @@ def pod_delta(prev: StatsSnapshot | None, cur: StatsSnapshot, max_window_s: floa
     if prev is not None and prev.instance_id == cur.instance_id:
         if cur.time_s <= prev.time_s:
             return None
-        before, after = _counters(prev), _counters(cur)
+        before = (prev.admitted, prev.capacity_rejected, prev.policy_rejected)
+        after = (cur.admitted, cur.capacity_rejected, cur.policy_rejected)
         # a counter that went down without a new instance_id is a reset too (falls through)
         if all(a >= b for a, b in zip(after, before, strict=True)):
             tenants = frozenset(
-                name
-                for name, t in cur.tenants.items()
-                if t.capacity_rejected > (prev.tenants[name].capacity_rejected if name in prev.tenants else 0)
+                name for name, n in cur.tenant_capacity.items() if n > prev.tenant_capacity.get(name, 0)
             )
             return PodDelta(
                 cur.time_s - prev.time_s,
@@ -77,21 +106,23 @@ def pod_delta(prev: StatsSnapshot | None, cur: StatsSnapshot, max_window_s: floa
     return _from_start(cur, max_window_s)
 
 
-class SnapshotHistory:
-    """Per-pod ring of recent snapshots of one pool, and the baseline for a window.
+class SampleHistory:
+    """Per-pod ring of recent :class:`Sample` s of one pool, and the baseline for a window.
 
-    Keyed by the pod's name as the pod source lists it. ``record(pod, snapshot)`` stores one;
-    ``baseline(pod, cur, window_s)`` returns the newest stored snapshot
-    of the same pod taken at least ``window_s`` before ``cur`` (or the oldest one, if none is that
-    old). Snapshots older than ``keep_s`` (sidecar clock) and pods not seen for ``keep_s`` are
-    dropped, so memory is bounded by pods x polls per ``keep_s``.
+    Keyed by the pod's name as the pod source lists it. ``record(pod, sample)`` stores one;
+    ``baseline(pod, cur, window_s)`` returns the newest stored sample of the same pod taken at
+    least ``window_s`` before ``cur`` (or the oldest one, if none is that old). Samples closer than
+    ``min_spacing_s`` to the last one kept are not kept, and samples older than ``keep_s`` (sidecar
+    clock) and pods not seen for ``keep_s`` are dropped, so memory is at most
+    pods x ``keep_s / min_spacing_s`` samples however often the scaler is asked.
     """
 
-    def __init__(self, keep_s: float) -> None:
+    def __init__(self, keep_s: float, min_spacing_s: float = 0.0) -> None:
         self.keep_s = keep_s
-        self._by_pod: dict[str, collections.deque[StatsSnapshot]] = {}
+        self.min_spacing_s = min_spacing_s
+        self._by_pod: dict[str, collections.deque[Sample]] = {}
 
-    def baseline(self, pod: str, cur: StatsSnapshot, window_s: float) -> StatsSnapshot | None:
+    def baseline(self, pod: str, cur: Sample, window_s: float) -> Sample | None:
         ring = self._by_pod.get(pod)
         if not ring:
             return None
@@ -102,16 +133,16 @@ class SnapshotHistory:
         at_or_before = [s for s in older if s.time_s <= cutoff]
         return at_or_before[-1] if at_or_before else older[0]
 
-    def record(self, pod: str, snap: StatsSnapshot) -> None:
+    def record(self, pod: str, snap: Sample) -> None:
         ring = self._by_pod.setdefault(pod, collections.deque())
-        if ring and ring[-1].time_s >= snap.time_s:
-            return  # the same (or an older) document again: nothing new
+        if ring and snap.time_s - ring[-1].time_s < max(self.min_spacing_s, 1e-9):
+            return  # the same document again, or too soon after the last one kept
         ring.append(snap)
         while ring and ring[0].time_s < snap.time_s - self.keep_s:
             ring.popleft()
 
     def forget_except(self, pods: Iterable[str], newest_s: float) -> None:
-        """Drop pods not in ``pods`` whose newest snapshot is older than ``keep_s`` before ``newest_s``."""
+        """Drop pods not in ``pods`` whose newest sample is older than ``keep_s`` before ``newest_s``."""
         keep = set(pods)
         for name in list(self._by_pod):
             ring = self._by_pod[name]
@@ -124,17 +155,17 @@ class SnapshotHistory:
 
 def observe(
     pods: Iterable[PodInfo],
-    current: Mapping[str, StatsSnapshot],
-    baselines: Mapping[str, StatsSnapshot | None],
+    current: Mapping[str, Sample],
+    baselines: Mapping[str, Sample | None],
     now_s: float,
     stale_after_s: float,
     max_window_s: float,
 ) -> Observation:
     """Sum one poll of a pool into an :class:`Observation`.
 
-    ``pods``: the pool's pods (from a pod source); ``current``: the stats each pod answered with
-    (keyed by pod name; absent = no answer); ``baselines``: each pod's earlier snapshot (or None).
-    ``now_s``: wall-clock Unix seconds (snapshots carry the sidecar's wall clock); a snapshot older
+    ``pods``: the pool's pods (from a pod source); ``current``: the :class:`Sample` of the stats each
+    pod answered with (keyed by pod name; absent = no answer); ``baselines``: each pod's earlier
+    sample (or None). ``now_s``: wall-clock Unix seconds (samples carry the sidecar's wall clock); one older
     than ``stale_after_s`` counts as missing. Only ``active`` pods contribute; warm pods count as
     promotable when ready. A ready active pod without fresh stats is *stale* (the law will not
     scale down); a not-ready one is *starting*.

@@ -2,13 +2,13 @@
 
 For one pool: list its pods (a :class:`~tidegate.scaler.pods.PodSource`), ``GET`` each active
 pod's ``/tidegate/stats`` (``admission.stats.fetch``) at once with a per-request timeout, and turn
-the answers plus each pod's baseline from :class:`~tidegate.scaler.rates.SnapshotHistory` into an
+the answers plus each pod's baseline from :class:`~tidegate.scaler.rates.SampleHistory` into an
 :class:`~tidegate.scaler.law.Observation`. A pod that does not answer is *missing data* (the law
 holds), never zero demand. A pod source that cannot list at all raises
 :class:`~tidegate.scaler.errors.PodSourceError` (the gRPC edge answers UNAVAILABLE, KEDA falls back).
 
-Memory per pool: one ring of snapshots per pod covering ``2 x windowSeconds``; pools not asked
-about for ``forget_after_s`` are dropped.
+Memory per pool: one ring of at most 17 samples per pod (``2 x windowSeconds``, one kept per
+``windowSeconds / 8``); pools not asked about for ``forget_after_s`` are dropped.
 """
 
 import asyncio
@@ -27,7 +27,7 @@ from tidegate.scaler.pods import PodInfo, PodSource
 
 @dataclass
 class _PoolMemory:
-    history: rates.SnapshotHistory
+    history: rates.SampleHistory
     last_used_s: float
 
 
@@ -36,8 +36,13 @@ class SidecarSignals:
 
     ``timeout_s``: per-pod request timeout (seconds); ``stale_after_s``: a snapshot whose
     ``time_s`` is further than this from the scaler's wall clock counts as missing (clock skew or a
-    frozen sidecar); ``max_connections``: concurrent requests across all pools; ``wall``: wall-clock
+    frozen sidecar); ``wall``: wall-clock
     seconds (injectable for tests).
+
+    ``max_connections`` bounds open (keep-alive) connections, one per pod, so a 2,000-pod pool is
+    polled without new TCP handshakes; ``max_in_flight`` bounds requests outstanding at once per
+    poll, which keeps the number of live objects (and so the garbage collector's cost per pod) flat
+    as pools grow (bench/scaler_poll.py).
     """
 
     def __init__(
@@ -45,7 +50,8 @@ class SidecarSignals:
         pods: PodSource,
         timeout_s: float = 2.0,
         stale_after_s: float = 30.0,
-        max_connections: int = 512,
+        max_connections: int = 4096,
+        max_in_flight: int = 128,
         forget_after_s: float = 3600.0,
         wall: Callable[[], float] = time.time,
     ) -> None:
@@ -53,6 +59,7 @@ class SidecarSignals:
         self.timeout_s = timeout_s
         self.stale_after_s = stale_after_s
         self.max_connections = max_connections
+        self.max_in_flight = max_in_flight
         self.forget_after_s = forget_after_s
         self._wall = wall
         self._session: aiohttp.ClientSession | None = None
@@ -64,14 +71,28 @@ class SidecarSignals:
             self._session = aiohttp.ClientSession(connector=connector)
         return self._session
 
-    async def _fetch(self, pod: PodInfo, port: int) -> stats.StatsSnapshot | None:
+    async def _fetch(self, pod: PodInfo, port: int) -> rates.Sample | None:
         url = pod.base_url(port)
         if not url:
             return None
         try:
-            return await stats.fetch(self._client(), url, timeout_s=self.timeout_s)
+            return rates.Sample.of(await stats.fetch(self._client(), url, timeout_s=self.timeout_s))
         except stats.StatsError:
             return None
+
+    async def _fetch_all(self, pods: list[PodInfo], port: int) -> list[rates.Sample | None]:
+        """Every pod's stats, at most ``max_in_flight`` requests at a time (a fixed set of workers, not
+        one task per pod: a 2,000-pod poll keeps ~``max_in_flight`` coroutines alive, not 2,000), each
+        reduced at once to a compact :class:`~tidegate.scaler.rates.Sample`."""
+        answers: list[rates.Sample | None] = [None] * len(pods)
+        work = iter(enumerate(pods))
+
+        async def worker() -> None:
+            for i, pod in work:
+                answers[i] = await self._fetch(pod, port)
+
+        await asyncio.gather(*(worker() for _ in range(min(self.max_in_flight, len(pods)))))
+        return answers
 
     async def observe(self, target: Target) -> Observation:
         """One scrape of the target's pool, summed over the window ``target.scaling.signal.window_seconds``."""
@@ -81,10 +102,11 @@ class SidecarSignals:
         window = float(target.scaling.signal.window_seconds)
         memory = self._pools.get(target.key)
         if memory is None or memory.history.keep_s != 2 * window:
-            memory = self._pools[target.key] = _PoolMemory(rates.SnapshotHistory(keep_s=2 * window), now)
+            history = rates.SampleHistory(keep_s=2 * window, min_spacing_s=window / 8)
+            memory = self._pools[target.key] = _PoolMemory(history, now)
         memory.last_used_s = now
         active = [p for p in pods if p.active]
-        answers = await asyncio.gather(*(self._fetch(p, target.sidecar_port) for p in active))
+        answers = await self._fetch_all(active, target.sidecar_port)
         current = {p.name: s for p, s in zip(active, answers, strict=True) if s is not None}
         baselines = {name: memory.history.baseline(name, snap, window) for name, snap in current.items()}
         observation = rates.observe(pods, current, baselines, now, self.stale_after_s, max_window_s=2 * window)

@@ -3,10 +3,15 @@
 from tidegate.admission.reasons import Reason
 from tidegate.admission.stats import StatsSnapshot, TenantCounters
 from tidegate.scaler.pods import PodInfo
-from tidegate.scaler.rates import SnapshotHistory, observe, pod_delta
+from tidegate.scaler.rates import Sample, SampleHistory, observe, pod_delta
 
 
-def snap(
+def snap(*args: object, **kw: object) -> Sample:
+    """A :class:`Sample` of :func:`snapshot`."""
+    return Sample.of(snapshot(*args, **kw))  # type: ignore[arg-type]
+
+
+def snapshot(
     t: float,
     admitted: int = 0,
     queue_full: int = 0,
@@ -60,7 +65,7 @@ def test_same_document_twice_has_no_rate() -> None:
 
 
 def test_history_picks_the_newest_snapshot_a_whole_window_back() -> None:
-    h = SnapshotHistory(keep_s=300)
+    h = SampleHistory(keep_s=300)
     for t in (0, 15, 30, 45, 60, 75):
         h.record("p0", snap(t))
     base = h.baseline("p0", snap(90), window_s=60)
@@ -71,7 +76,7 @@ def test_history_picks_the_newest_snapshot_a_whole_window_back() -> None:
 
 
 def test_history_is_bounded_and_forgets_pods_that_left() -> None:
-    h = SnapshotHistory(keep_s=100)
+    h = SampleHistory(keep_s=100)
     for t in range(0, 1000, 10):
         h.record("p0", snap(t))
         h.record("gone", snap(min(t, 200)))
@@ -106,3 +111,12 @@ def test_observation_sums_active_pods_and_separates_stale_from_starting() -> Non
     assert o.policy_rejected_per_s == 30 / 60
     assert o.capacity_rejected_tenants == 1
     assert (o.in_flight_tokens, o.token_budget, o.queue_depth) == (1000, 2000, 4)
+
+
+def test_history_stays_small_however_often_it_is_polled() -> None:
+    h = SampleHistory(keep_s=120, min_spacing_s=7.5)
+    for i in range(2400):  # every 0.1 s for 4 minutes
+        h.record("p0", snap(i / 10))
+    assert len(h) <= 17
+    base = h.baseline("p0", snap(240.0), window_s=60)
+    assert base is not None and 172.5 <= base.time_s <= 180
