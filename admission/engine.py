@@ -33,6 +33,10 @@ successful requests (moving average, prior :attr:`EngineTuning.prior_duration_s`
 tokens while ``I`` tokens are in flight takes about ``d/2 x D / I`` seconds (in-flight requests are
 on average half done; Little's law).
 
+Adaptive budget (``adaptiveBudget``, off by default): the budget in force (:attr:`Engine.token_budget`)
+moves once per window with the p95 of backend TTFT / class SLO, within bounds; a request alone on
+the replica always runs, so shrinking never strands a request that fits the configured budget.
+
 Pure: the clock is injected, no I/O; the proxy, the simulator and the tests drive it.
 """
 
@@ -51,6 +55,11 @@ from tidegate.admission.tenants import TenantBook, TenantState, burst_tokens
 from tidegate.admission.ticket import Ticket, TicketState, TicketStateError
 from tidegate.api.admission import AdmissionSpec, PriorityClass
 from tidegate.api.serving import ModelSpec
+
+ADAPT_MIN_SAMPLES = 20
+"""Fewer TTFT samples than this in a window: the adaptive budget does not move."""
+ADAPT_BUSY = 0.8
+"""The adaptive budget grows only if at least this share of it was in use during the window."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,6 +142,10 @@ class Engine:
         self._last_generation_total: float | None = None
         self._compacted_at_s = clock()
         self._active_weight = 0.0
+        self._ttft_ratios: list[float] = []
+        self._peak_use = 0.0
+        self._adapted_at_s = clock()
+        self.token_budget = admission.token_budget
         self.breaker = Breaker(admission.circuit_breaker, self.tuning.breaker, clock)
         self.tenants = TenantBook(admission.tenancy)
         self.reconfigure(admission, model)
@@ -146,8 +159,17 @@ class Engine:
             c.name: (rank, c) for rank, c in enumerate(admission.priority_classes)
         }
         budget = admission.token_budget
+        adaptive = admission.adaptive_budget
+        previous = getattr(self, "admission_budget", None)
+        if adaptive.enabled and previous == budget:  # same base budget: keep what was learned
+            self.token_budget = round(
+                min(max(self.token_budget, budget * adaptive.min_ratio), budget * adaptive.max_ratio)
+            )
+        else:
+            self.token_budget = budget
+        self.admission_budget = budget
         reserved = sum(c.reserved_share for c in admission.priority_classes)
-        # tokens a class may ever hold: the budget less the other classes' reservations
+        # tokens a class may ever hold (configured budget): the budget less the other classes' reservations
         self._room = {c.name: budget - (reserved - c.reserved_share) * budget for c in admission.priority_classes}
         self.breaker.reconfigure(admission.circuit_breaker)
         self.tenants.reconfigure(admission.tenancy)
@@ -348,6 +370,10 @@ class Engine:
         state.give_back(ticket.reserved_tokens - charged, now)
         self._unaccept(ticket, state)
         self.breaker.record(completion, ttft_s, ticket.probe_epoch)
+        if ttft_s is not None and self.admission.adaptive_budget.enabled and len(self._ttft_ratios) < 100_000:
+            klass = self._classes.get(ticket.priority)
+            if klass is not None:
+                self._ttft_ratios.append(ttft_s / (klass[1].ttft_slo_ms / 1000.0))
         if completion is Completion.SUCCESS:
             self._last_progress_s = now
             duration = now - (ticket.admitted_at_s or now)
@@ -412,12 +438,30 @@ class Engine:
                 self._reject(ticket, Reason.CIRCUIT_OPEN, "the model server is degraded; circuit open",
                              self.breaker.retry_after_s() or 1.0)  # fmt: skip
                 self._settled.append(ticket)
+        self._adapt_budget(now)
         self.dispatch()
         if now - self._compacted_at_s >= self.tuning.compact_every_s:
             self._compacted_at_s = now
             self.tenants.prune(now)
             self.queue.compact()
         return self.take_settled()
+
+    def _adapt_budget(self, now: float) -> None:
+        """One move of the adaptive budget per window (see ``AdaptiveBudgetSpec``)."""
+        spec = self.admission.adaptive_budget
+        if not spec.enabled or now - self._adapted_at_s < spec.window_seconds:
+            return
+        ratios, peak = self._ttft_ratios, self._peak_use
+        self._ttft_ratios, self._peak_use, self._adapted_at_s = [], self.in_flight_tokens / self.token_budget, now
+        if len(ratios) < ADAPT_MIN_SAMPLES:
+            return
+        ratios.sort()
+        p95 = ratios[min(len(ratios) - 1, math.ceil(0.95 * len(ratios)) - 1)]
+        base = self.admission.token_budget
+        if p95 > 1.0:
+            self.token_budget = max(round(base * spec.min_ratio), round(self.token_budget * (1 - spec.step)))
+        elif p95 < spec.grow_below and peak >= ADAPT_BUSY:
+            self.token_budget = min(round(base * spec.max_ratio), round(self.token_budget * (1 + spec.step)))
 
     def note_progress(self) -> None:
         """The backend produced tokens (a streamed chunk, a response): it is not stalled."""
@@ -497,6 +541,7 @@ class Engine:
         ticket.state, ticket.admitted_at_s = TicketState.ADMITTED, now
         self.in_flight[ticket.id] = ticket
         self.in_flight_tokens += ticket.reserved_tokens
+        self._peak_use = max(self._peak_use, self.in_flight_tokens / self.token_budget)
         self.tenants.state(ticket.tenant, now).running_tokens += ticket.reserved_tokens
         self._class_tokens[ticket.priority] += ticket.reserved_tokens
         self._class_requests[ticket.priority] += 1
@@ -514,15 +559,17 @@ class Engine:
         tokens = requests = 0.0
         for other, (_, klass) in self._classes.items():
             if other != name and klass.reserved_share > 0:
-                tokens += max(0.0, klass.reserved_share * self.admission.token_budget - self._class_tokens[other])
+                tokens += max(0.0, klass.reserved_share * self.token_budget - self._class_tokens[other])
                 reserved_requests = math.floor(klass.reserved_share * self.admission.max_concurrency)
                 requests += max(0, reserved_requests - self._class_requests[other])
         return tokens, requests
 
     def _fits(self, ticket: Ticket) -> tuple[bool, bool]:
         """(fits now, blocked by total capacity rather than by another class's reservation)."""
-        free_tokens = self.admission.token_budget - self.in_flight_tokens
+        free_tokens = self.token_budget - self.in_flight_tokens
         free_requests = self.admission.max_concurrency - len(self.in_flight)
+        if not self.in_flight and free_requests >= 1:
+            return True, False  # alone it always runs, even over an adapted-down budget
         if ticket.reserved_tokens > free_tokens or free_requests < 1:
             return False, True
         tokens, requests = self._reserved_for_others(ticket.priority)
@@ -538,7 +585,7 @@ class Engine:
         active = self._active_weight + (0.0 if state is not None and state.accepted else weight)
         if active <= weight + 1e-9:
             return False  # alone: all idle capacity is its to borrow
-        share = self.admission.token_budget * weight / active
+        share = self.token_budget * weight / active
         return tokens > self.admission.tenancy.borrowing_cap * share
 
     def _still_demoted(self, ticket: Ticket) -> bool:
@@ -554,7 +601,7 @@ class Engine:
     def _wait_s(self, ticket: Ticket, ahead_tokens: int, ahead_requests: int) -> float:
         """Predicted seconds until ``ticket`` could start behind ``ahead_*`` (drain model)."""
         reserved_tokens, reserved_requests = self._reserved_for_others(ticket.priority)
-        free_tokens = self.admission.token_budget - self.in_flight_tokens - reserved_tokens
+        free_tokens = self.token_budget - self.in_flight_tokens - reserved_tokens
         free_requests = self.admission.max_concurrency - len(self.in_flight) - reserved_requests
         token_deficit = ahead_tokens + ticket.reserved_tokens - free_tokens
         request_deficit = ahead_requests + 1 - free_requests

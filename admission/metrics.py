@@ -79,7 +79,7 @@ class SidecarMetrics:
             "tidegate_admission_in_flight_tokens": ("Reserved tokens in flight.", lambda: engine().in_flight_tokens),
             "tidegate_admission_in_flight_requests": ("Requests in flight.", lambda: engine().in_flight_requests),
             "tidegate_admission_queue_depth": ("Requests waiting in the admission queue.", lambda: engine().queue.depth),
-            "tidegate_admission_token_budget": ("Replica token budget.", lambda: engine().admission.token_budget),
+            "tidegate_admission_token_budget": ("Token budget in force (adaptive or configured).", lambda: engine().token_budget),
             "tidegate_admission_max_concurrency": ("Replica concurrency cap.", lambda: engine().admission.max_concurrency),
             "tidegate_backend_kv_cache_usage_ratio": ("Backend KV-cache usage (0..1), last reading.",
                                                       lambda: _nan(engine().kv.value)),

@@ -376,7 +376,7 @@ class Sidecar:
             admitted_tokens_total=counters.admitted_tokens_total, completed_total=counters.completed_total,
             rejected_total=dict(counters.rejected_total), tenants=tenants,
             in_flight_requests=engine.in_flight_requests, in_flight_tokens=engine.in_flight_tokens,
-            token_budget=engine.admission.token_budget, max_concurrency=engine.admission.max_concurrency,
+            token_budget=engine.token_budget, max_concurrency=engine.admission.max_concurrency,
             queue_depth=engine.queue.depth, breaker_state=stats.BreakerState(engine.breaker_state.value),
             kv_cache_usage=engine.kv.value, telemetry_age_s=None if kv_age is None else max(0.0, kv_age),
         )  # fmt: skip

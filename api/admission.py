@@ -142,6 +142,29 @@ class CircuitBreakerSpec(ApiModel):
     }
 
 
+class AdaptiveBudgetSpec(ApiModel):
+    """Optional adaptive token budget: moves with measured backend TTFT against the class SLOs.
+
+    Every ``windowSeconds`` the sidecar takes the p95 of (backend TTFT / the request's class TTFT
+    SLO) over the window. Above 1 (SLO missed): budget x (1 - ``step``). Below ``growBelow`` while the
+    budget was at least 80% used: budget x (1 + ``step``). Always within ``minRatio`` .. ``maxRatio``
+    x ``tokenBudget``; fewer than 20 samples in a window: no change.
+    """
+
+    enabled: bool = Field(default=False, description="Whether the budget adapts (off: `tokenBudget` is fixed).")
+    window_seconds: float = Field(
+        default=60.0, ge=30.0, le=3600.0, description="Smoothing window and the least time between two moves."
+    )
+    step: float = Field(default=0.1, gt=0.0, le=0.5, description="Relative size of one move (0.1 = 10%).")
+    grow_below: Fraction = Field(
+        default=0.5, description="Grow while the TTFT p95 is under this fraction of the SLO (0..1)."
+    )
+    min_ratio: float = Field(default=0.5, gt=0.0, le=1.0, description="Lowest budget, as a fraction of `tokenBudget`.")
+    max_ratio: float = Field(
+        default=2.0, ge=1.0, le=10.0, description="Highest budget, as a multiple of `tokenBudget`."
+    )
+
+
 class PriorityClass(ApiModel):
     """A class of service with its own TTFT SLO, e.g. ``interactive`` or ``batch``."""
 
@@ -315,6 +338,10 @@ class AdmissionSpec(ApiModel):
     )
     circuit_breaker: CircuitBreakerSpec = Field(
         default_factory=CircuitBreakerSpec, description="Latency/error circuit breaker."
+    )
+    adaptive_budget: AdaptiveBudgetSpec = Field(
+        default_factory=AdaptiveBudgetSpec,
+        description="Optional: move the token budget with measured TTFT against the SLO (off by default).",
     )
     priority_header: str = Field(
         default="x-priority", min_length=1, max_length=128, description="Header naming the request's priority class."

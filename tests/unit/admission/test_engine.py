@@ -299,3 +299,55 @@ def test_a_tenants_in_flight_tokens_are_capped_until_released() -> None:
     assert e.submit("a", None, tokens(200)).reason is Reason.TENANT_CONCURRENCY  # time alone frees nothing
     e.release(long_context, Completion.SUCCESS)
     assert e.submit("a", None, tokens(200)).state is TicketState.ADMITTED
+
+
+def _run_window(e, clock: FakeClock, ttft_s: float, busy_tokens: int) -> None:
+    """One adaptive window: 30 requests with the given backend TTFT, ``busy_tokens`` held at once."""
+    for _ in range(10):
+        held = [e.submit(f"t{i}", None, tokens(busy_tokens // 3)) for i in range(3)]
+        assert all(t.state is TicketState.ADMITTED for t in held)
+        for t in held:
+            e.release(t, Completion.SUCCESS, ttft_s=ttft_s)
+    clock.advance(30)
+    e.tick()
+
+
+def test_adaptive_budget_shrinks_on_missed_slo_and_grows_back_when_busy_and_fast() -> None:
+    clock = FakeClock()
+    e = engine(clock, tokenBudget=10_000, maxConcurrency=100, adaptiveBudget={"enabled": True, "windowSeconds": 30},
+               priorityClasses=[{"name": "std", "ttftSloMs": 1000}], defaultPriorityClass="std")  # fmt: skip
+    assert e.token_budget == 10_000
+    _run_window(e, clock, ttft_s=1.5, busy_tokens=100)  # p95 1.5x the SLO
+    assert e.token_budget == 9_000
+    for _ in range(20):
+        _run_window(e, clock, ttft_s=1.5, busy_tokens=100)
+    assert e.token_budget == 5_000  # never under minRatio x tokenBudget
+    _run_window(e, clock, ttft_s=0.1, busy_tokens=100)
+    assert e.token_budget == 5_000  # fast but idle: no reason to grow
+    _run_window(e, clock, ttft_s=0.1, busy_tokens=4_500)
+    assert e.token_budget == 5_500
+    for _ in range(30):
+        _run_window(e, clock, ttft_s=0.1, busy_tokens=int(e.token_budget * 0.9))
+    assert e.token_budget == 20_000  # never over maxRatio x tokenBudget
+
+
+def test_adaptive_budget_needs_enough_samples_and_a_whole_window() -> None:
+    clock = FakeClock()
+    e = engine(clock, tokenBudget=10_000, adaptiveBudget={"enabled": True, "windowSeconds": 30})
+    for _ in range(5):
+        e.release(e.submit("a", None, tokens(10)), Completion.SUCCESS, ttft_s=100.0)
+    clock.advance(31)
+    e.tick()
+    assert e.token_budget == 10_000
+
+
+def test_a_lone_request_runs_over_an_adapted_down_budget() -> None:
+    clock = FakeClock()
+    e = engine(clock, tokenBudget=10_000, maxConcurrency=100, adaptiveBudget={"enabled": True, "windowSeconds": 30},
+               priorityClasses=[{"name": "std", "ttftSloMs": 1000}], defaultPriorityClass="std")  # fmt: skip
+    for _ in range(10):
+        _run_window(e, clock, ttft_s=5.0, busy_tokens=100)
+    assert e.token_budget == 5_000
+    big = e.submit("a", None, tokens(8_000))
+    assert big.state is TicketState.ADMITTED
+    assert e.submit("b", None, tokens(100)).state is not TicketState.ADMITTED
