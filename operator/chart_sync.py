@@ -6,7 +6,9 @@ edited by hand, because each repeats something defined once in Python:
 ==================================================  ===========================================
 chart file                                          single source
 ==================================================  ===========================================
-``templates/crds/inferencepools.tidegate.dev.yaml``  ``tidegate.api.crd.custom_resource_definition()``
+``templates/crds/inferencepools.tidegate.dev.yaml``  ``crds/inferencepools.tidegate.dev.yaml`` (itself
+                                                     generated from the pydantic models by
+                                                     ``tidegate crd``; tests/unit/test_crd.py)
 ``templates/operator/clusterrole.yaml``              ``tidegate.operator.rbac.RULES``
 ``templates/scaler/clusterrole.yaml``                :data:`SCALER_RULES` (here)
 ``files/dashboards/tidegate.json``                   :func:`dashboard` (metric names of the sidecar
@@ -15,7 +17,8 @@ chart file                                          single source
 ==================================================  ===========================================
 
 Run ``python -m tidegate.operator.chart_sync`` to rewrite them, ``--check`` to only report stale
-files (exit 1); ``tests/unit/chart/test_generated.py`` fails when a committed copy is stale.
+files (exit 1); ``tests/unit/chart/test_generated.py`` fails when a committed copy is stale. After an
+API change the order is: ``tidegate crd -o crds/inferencepools.tidegate.dev.yaml``, then this.
 
 CRD upgrades: the CRD is a *template* (not Helm's ``crds/`` folder, which installs once and is
 never upgraded), behind ``crds.install`` and annotated ``helm.sh/resource-policy: keep``, so
@@ -33,11 +36,12 @@ from typing import Any
 import yaml
 
 from tidegate.admission.reasons import CAPACITY_REASONS, POLICY_REASONS
-from tidegate.api import GROUP, PLURAL, crd
+from tidegate.api import GROUP, PLURAL
 from tidegate.operator import rbac
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 CHART = REPO / "charts" / "tidegate"
+CRD_FILE = REPO / "crds" / "inferencepools.tidegate.dev.yaml"
 
 READ = ["get", "list", "watch"]
 
@@ -58,14 +62,18 @@ def _indent(text: str, spaces: int) -> str:
     return "".join(pad + line if line.strip() else line for line in text.splitlines(keepends=True))
 
 
-def crd_template() -> str:
-    """The CRD as a chart template: the generated CRD, plus Helm labels and the keep policy."""
-    doc = crd.custom_resource_definition()
+def crd_template(crd_file: pathlib.Path = CRD_FILE) -> str:
+    """The CRD of ``crd_file`` as a chart template, plus Helm labels and the keep policy.
+
+    ``crd_file`` (the committed, generated CRD) rather than the live models: a model change is
+    reflected in the chart in the same two steps a reviewer sees, crds/ first.
+    """
+    doc = yaml.safe_load(crd_file.read_text())
     body = yaml.safe_dump({"spec": doc["spec"]}, sort_keys=False, width=100)
     if "{{" in body or "}}" in body:  # would be read as template actions
         raise ValueError("the CRD text contains '{{' or '}}'; escape it before templating")
     return (
-        _GENERATED.format(source="tidegate.api.crd")
+        _GENERATED.format(source="crds/inferencepools.tidegate.dev.yaml")
         + "{{- if .Values.crds.install }}\n"
         + f"apiVersion: {doc['apiVersion']}\n"
         + f"kind: {doc['kind']}\n"
@@ -129,7 +137,7 @@ TOKEN_BUDGET = "tidegate_admission_token_budget"  # one series per sidecar: coun
 SCALER_DESIRED = "tidegate_scaler_desired_replicas"
 
 #: Every metric the dashboard reads (a test checks each query names only these and Grafana variables).
-METRICS = (DECISIONS, TTFT_BUCKET, KV_USAGE, TOKEN_BUDGET, SCALER_DESIRED, "kube_pod_info")
+METRICS = (DECISIONS, TTFT_BUCKET, KV_USAGE, TOKEN_BUDGET, SCALER_DESIRED)
 
 _SEL = 'namespace=~"$namespace", pool=~"$pool"'
 
@@ -149,8 +157,9 @@ def _reject_rate_query(reasons: frozenset) -> str:
 def dashboard_queries() -> dict[str, list[tuple[str, str]]]:
     """Panel title -> [(legend, PromQL)]. Grafana variables: ``$namespace``, ``$pool``, ``$__rate_interval``.
 
-    Labels ``namespace``, ``pod``, ``node``, ``role`` on sidecar series come from the chart's
-    PodMonitor relabelling; ``kube_pod_info`` (kube-state-metrics) is only a fallback for ``node``.
+    Labels ``namespace``, ``pod``, ``node``, ``pool``, ``role`` on sidecar series come from the chart's
+    PodMonitor relabelling (no kube-state-metrics needed); the scaler's series carry the pool's
+    ``namespace`` and ``pool`` themselves (its ServiceMonitor honours them).
     """
     ttft = f"sum by (le, priority) (rate({TTFT_BUCKET}{{{_SEL}}}[$__rate_interval]))"
     return {

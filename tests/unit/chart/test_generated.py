@@ -5,7 +5,6 @@ import re
 
 import yaml
 
-from tidegate.api import crd
 from tidegate.operator import chart_sync, rbac
 
 CHART = pathlib.Path(__file__).resolve().parents[3] / "charts" / "tidegate"
@@ -46,7 +45,7 @@ def test_chart_scaler_clusterrole_is_read_only() -> None:
 def test_chart_crd_is_the_generated_crd_and_survives_uninstall() -> None:
     text = (CHART / "templates/crds/inferencepools.tidegate.dev.yaml").read_text()
     doc = _without_template_lines(text)
-    expected = crd.custom_resource_definition()
+    expected = yaml.safe_load(chart_sync.CRD_FILE.read_text())  # held to the models by tests/unit/test_crd.py
     assert doc["spec"] == expected["spec"]
     assert doc["metadata"]["name"] == expected["metadata"]["name"]
     assert doc["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
