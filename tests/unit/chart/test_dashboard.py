@@ -64,3 +64,12 @@ def test_variables_filter_every_sidecar_query() -> None:
     for exprs in _exprs().values():
         for expr in exprs:
             assert 'pool=~"$pool"' in expr
+
+
+def test_every_metric_is_one_the_sidecar_or_the_scaler_defines() -> None:
+    """A renamed metric in admission/metrics.py or scaler/metrics.py must be renamed in the dashboard too."""
+    repo = CHART.parents[1]
+    sources = (repo / "admission/metrics.py").read_text() + (repo / "scaler/metrics.py").read_text()
+    for name in chart_sync.METRICS:
+        family = re.sub(r"_(total|bucket)$", "", name)
+        assert f'"{family}"' in sources, f"{name}: not defined by the sidecar or the scaler"
