@@ -6,15 +6,26 @@ keep policy leaves it in place on uninstall; the test then hands it back (remove
 marks) so the next release can adopt it too.
 """
 
+import inspect
 import json
+import os
+import socket
+import subprocess
+import sys
+import urllib.request
 import uuid
 
+import grpc
 import pytest
 import yaml
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from tests.cluster.chart.conftest import CHART
 from tests.cluster.conftest import wait_for
+from tidegate.cli.main import build_parser
 from tidegate.operator import chart_sync, rbac
+from tidegate.operator import settings as operator_settings
+from tidegate.scaler.cli import settings_from
 
 CRD = "inferencepools.tidegate.dev"
 
@@ -243,3 +254,62 @@ def test_install_upgrade_uninstall(helm, kubectl, api_client, namespace) -> None
     crd = json.loads(kubectl("get", "crd", CRD, "-o", "json").stdout)
     assert any(c["type"] == "Established" and c["status"] == "True" for c in crd["status"]["conditions"])
     assert kubectl("get", "clusterrole", f"{release}-tidegate-operator", check=False).returncode != 0
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_container_args_and_env_are_what_the_binaries_read(helm, namespace, variant) -> None:
+    """The rendered args parse with the real `tidegate` CLI, and every env var is one the operator reads."""
+    deployments = _by_kind(_render(helm, "tg", namespace, *VARIANTS[variant])).get("Deployment", [])
+    assert deployments
+    for dep in deployments:
+        container = dep["spec"]["template"]["spec"]["containers"][0]
+        args = build_parser().parse_args(container["args"])
+        if container["name"] == "scaler":
+            settings = settings_from(args)
+            assert settings.listen.endswith(":9090") and settings.pods == "kubernetes"
+        else:
+            env = {e["name"]: e["value"] for e in container["env"]}
+            source = inspect.getsource(operator_settings)
+            assert all(f'"{name}"' in source for name in env), sorted(env)
+            parsed = operator_settings.OperatorSettings.from_env(env)
+            assert parsed.scaler_address == env["TIDEGATE_SCALER_ADDRESS"]
+            assert parsed.sidecar_image == container["image"]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_the_scaler_started_with_the_charts_args_answers_its_probes(helm, cluster_env, namespace) -> None:
+    """What the kubelet's gRPC probe and Prometheus would see, from a real `tidegate scaler` on loopback."""
+    scaler = next(
+        d for d in _render(helm, "tg", namespace) if d["kind"] == "Deployment" and "scaler" in d["metadata"]["name"]
+    )
+    args = list(scaler["spec"]["template"]["spec"]["containers"][0]["args"])
+    grpc_port, metrics_port = _free_port(), _free_port()
+    args[args.index("--listen") + 1] = f"127.0.0.1:{grpc_port}"
+    args[args.index("--metrics-port") + 1] = str(metrics_port)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tidegate.cli.main", *args],
+        env={**os.environ, **cluster_env},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+
+        def serving() -> bool:
+            try:
+                with grpc.insecure_channel(f"127.0.0.1:{grpc_port}") as channel:
+                    reply = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=1)
+                return reply.status == health_pb2.HealthCheckResponse.SERVING
+            except grpc.RpcError:
+                return proc.poll() is not None and pytest.fail(f"scaler exited with {proc.returncode}")
+
+        wait_for(serving, timeout_s=30, what="the scaler's gRPC health SERVING")
+        with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5) as reply:
+            assert reply.status == 200
+    finally:
+        proc.terminate()
+        proc.wait(timeout=15)
