@@ -74,6 +74,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="stall | slowdown=X | error_rate=P | reject_rate=P | freeze_metrics[=GAUGE:V,...] (repeatable)",
     )
     p.set_defaults(func=_run)
+    from tidegate.sim.simulate import cli as simulate_cli
+
+    simulate_cli.register(subparsers)
 
 
 def _run(args: argparse.Namespace) -> int:

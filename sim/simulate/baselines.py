@@ -1,0 +1,145 @@
+"""The baseline policies tidegate is compared with: how pools are commonly run today.
+
+Each baseline routes requests straight to the model servers (no sidecar admission) and sizes the
+pool through the same HPA (:mod:`~.hpa`) with KEDA's polling cadence. Tunables come from the
+scenario's ``baselines`` mapping (defaults below). A baseline has no warm pool: a new replica
+needs a node and a model load, as with a plain Deployment.
+
+- :class:`QueueDepth` -- KEDA ``prometheus`` trigger on ``sum(vllm:num_requests_waiting)``,
+  ``metricType: AverageValue``, ``threshold`` = ``queue_waiting_target`` (default 5 waiting per
+  replica). Routing: the Service (kube-proxy, round robin). Source: KEDA Prometheus scaler docs
+  (keda.sh/docs/latest/scalers/prometheus/), the metric from vLLM's ``/metrics``.
+- :class:`HttpConcurrency` -- KEDA HTTP add-on: the interceptor counts requests in flight (sent,
+  not yet answered) and the HPA targets ``http_concurrency_target`` per replica (default 100, the
+  add-on's documented example), ``desired = ceil(concurrency / target)``. The interceptor
+  proxies (it holds requests only while there are zero replicas). Source:
+  keda.sh/http-add-on/latest/concepts/scaling/ ("The Scaling Formula").
+- :class:`GieShedding` -- Gateway API Inference Extension endpoint picker: a pod *has capacity*
+  when its waiting queue <= ``gie_queue_threshold`` (5) and KV-cache usage <= ``gie_kv_threshold``
+  (0.8) (``pkg/epp/saturationdetector/config.go`` defaults); when no pod has capacity the pool is
+  saturated and *sheddable* requests (every class but the first, highest one) are refused with
+  429; critical ones are always routed. The pod is picked by the queue and KV-cache scorers with
+  equal weights (score ``(1 - waiting / max waiting) + (1 - kv usage)``, highest wins, among
+  pods with capacity when any). Scaling: as :class:`QueueDepth`.
+- :class:`GpuUtilization` -- HPA on ``DCGM_FI_DEV_GPU_UTIL`` (through prometheus-adapter),
+  ``Utilization`` target ``gpu_util_target`` (0.8): ``desired = ceil(N x mean util / target)``.
+  Utilisation is the share of 1 s samples in the last 30 s (dcgm-exporter's default collection
+  interval) in which the replica had a sequence running: NVML's "a kernel was executing" measure,
+  which reads ~100% at any batch size. Source: NVIDIA dcgm-exporter docs; the HPA docs.
+"""
+
+from typing import Any
+
+from tidegate.sim.simulate.cluster import Pod
+from tidegate.sim.simulate.hpa import MetricType
+
+
+class Policy:
+    """Direct routing, no admission; subclasses give the scaling metric (and may route smarter)."""
+
+    name = "base"
+    warm_pool = 0
+    ticks = False
+
+    def setup(self, sim: Any) -> None:
+        self._rr = 0
+        self.params = sim.scenario.baselines
+
+    def attach(self, sim: Any, pod: Pod) -> None:
+        """``pod`` is ready (model loaded)."""
+
+    def route(self, sim: Any, req: Any) -> Pod | str:
+        """The Service: round robin over serving pods; a string is a refusal reason."""
+        pods = sim.pool.serving()
+        if not pods:
+            return "no_endpoints"
+        self._rr += 1
+        return pods[self._rr % len(pods)]
+
+    def on_arrival(self, sim: Any, req: Any) -> None:
+        pod = self.route(sim, req)
+        if isinstance(pod, str):
+            sim.refuse(req, pod)
+        else:
+            sim.start(req, pod)
+
+    def on_finish(self, sim: Any, req: Any, pod: Pod) -> None:
+        """``req`` finished on ``pod``."""
+
+    def on_abort(self, sim: Any, req: Any, pod: Pod) -> None:
+        """The client of ``req`` left while it ran on ``pod`` (already aborted there)."""
+
+    def on_cancel(self, sim: Any, req: Any) -> None:
+        """The client of ``req`` left before it reached a model server."""
+
+    def on_pod_lost(self, sim: Any, pod: Pod) -> list[Any]:
+        """Requests held in front of a lost ``pod`` (not on its model server)."""
+        return []
+
+    def in_flight(self, pod: Pod) -> int:
+        return len(pod.running)
+
+    def hpa_current(self, sim: Any) -> int:
+        """The HPA's current replicas: the scale subresource's ``spec.replicas`` (``horizontal.go``
+        reads ``scale.Spec.Replicas``), not the pods that are ready."""
+        return sim.desired
+
+    def metric(self, sim: Any) -> tuple[float, float, MetricType]:
+        raise NotImplementedError
+
+    def tick(self, sim: Any) -> None:
+        """Periodic upkeep every 0.1 s (only when ``ticks``)."""
+
+    def _waiting(self, sim: Any) -> int:
+        total = 0
+        for pod in sim.pool.serving():
+            sim.sync(pod)
+            total += pod.replica.num_waiting
+        return total
+
+
+class QueueDepth(Policy):
+    name = "queue"
+
+    def metric(self, sim: Any) -> tuple[float, float, MetricType]:
+        return float(self._waiting(sim)), float(self.params.get("queue_waiting_target", 5)), MetricType.AVERAGE_VALUE
+
+
+class HttpConcurrency(Policy):
+    name = "http"
+
+    def metric(self, sim: Any) -> tuple[float, float, MetricType]:
+        in_flight = sum(len(p.running) for p in sim.pool.live_pods())
+        return float(in_flight), float(self.params.get("http_concurrency_target", 100)), MetricType.AVERAGE_VALUE
+
+
+class GieShedding(QueueDepth):
+    name = "gie"
+
+    def route(self, sim: Any, req: Any) -> Pod | str:
+        pods = sim.pool.serving()
+        if not pods:
+            return "no_endpoints"
+        q_max = self.params.get("gie_queue_threshold", 5)
+        kv_max = self.params.get("gie_kv_threshold", 0.8)
+        for pod in pods:
+            sim.sync(pod)
+        free = [p for p in pods if p.replica.num_waiting <= q_max and p.replica.kv_usage <= kv_max]
+        if not free and req.priority != sim.scenario.classes[0]:
+            return "gie_saturated"
+        candidates = free or pods
+        most = max(p.replica.num_waiting for p in candidates) or 1
+        self._rr += 1
+        start = self._rr % len(candidates)  # rotate ties
+        order = candidates[start:] + candidates[:start]
+        return max(order, key=lambda p: (1 - p.replica.num_waiting / most) + (1 - p.replica.kv_usage))
+
+
+class GpuUtilization(Policy):
+    name = "gpu"
+
+    def metric(self, sim: Any) -> tuple[float, float, MetricType]:
+        pods = sim.pool.serving()
+        utils = [sum(p.busy_samples[-30:]) / len(p.busy_samples[-30:]) for p in pods if p.busy_samples]
+        mean = sum(utils) / len(utils) if utils else 0.0
+        return mean, float(self.params.get("gpu_util_target", 0.8)), MetricType.UTILIZATION

@@ -1,0 +1,183 @@
+"""The tidegate policy: the real admission engine in every pod, the real scaling law behind KEDA.
+
+Adapter only; no decision logic of its own:
+
+- each ready pod gets a :class:`tidegate.admission.engine.Engine` (``spec.admission``,
+  ``spec.model``) whose clock is the simulator's virtual time; requests reach it through the
+  Service (round robin), with cost ``RequestCost.fixed(prompt, max_tokens)`` (an exact prompt
+  count, as with ``tokenizer: backend``); the engine's ADMITTED / QUEUED / REJECTED answer, its
+  settled queue and its releases drive the replica model. ``tick()`` every 0.1 s and telemetry
+  (KV usage, generation counter) every ``telemetry.pollIntervalMs``, as the sidecar does;
+- every KEDA poll builds each active pod's :class:`~tidegate.admission.stats.StatsSnapshot` from
+  its engine's counters (what the sidecar's stats endpoint serves), and runs the scaler's own
+  pipeline: :class:`~tidegate.scaler.rates.SnapshotHistory` baselines ->
+  :func:`tidegate.scaler.rates.observe` -> :func:`tidegate.scaler.law.decide` (``spec.scaling``),
+  the same steps as ``tidegate.scaler.sidecar.SidecarSignals.observe`` without HTTP. The law's
+  ``metric_value`` goes to the HPA as an ``AverageValue`` metric with target 1;
+- the warm pool (``spec.warmPool.size``) is the operator's planner's (see :mod:`~.cluster`).
+"""
+
+from typing import Any
+
+from tidegate.admission.breaker import Completion
+from tidegate.admission.cost import RequestCost
+from tidegate.admission.engine import Engine, Telemetry
+from tidegate.admission.stats import StatsSnapshot, TenantCounters
+from tidegate.admission.ticket import Ticket, TicketState
+from tidegate.api import constants
+from tidegate.scaler import law, rates
+from tidegate.scaler.pods import PodInfo
+from tidegate.sim.simulate.baselines import Policy
+from tidegate.sim.simulate.cluster import Pod
+from tidegate.sim.simulate.hpa import MetricType
+
+STALE_AFTER_S = 30.0
+"""The scaler's default ``stale_after_s`` (``tidegate.scaler.sidecar``)."""
+
+# tidegate.scaler.rates is being reworked (snapshots kept as compact ``Sample`` s in a
+# ``SampleHistory``); accept both shapes until that lands.
+_History = getattr(rates, "SampleHistory", None) or rates.SnapshotHistory
+_reduce = rates.Sample.of if hasattr(rates, "Sample") else (lambda snap: snap)
+
+
+class Tidegate(Policy):
+    name = "tidegate"
+    ticks = True
+
+    def setup(self, sim: Any) -> None:
+        super().setup(sim)
+        sc = sim.scenario
+        self.warm_pool = sc.warm_pool
+        self.law_policy = law.Policy.from_spec(sc.scaling)
+        self.law_state = law.LawState()
+        self.window_s = float(sc.scaling.signal.window_seconds)
+        self.history = _History(keep_s=2 * self.window_s, min_spacing_s=self.window_s / 8)
+        self.req_of: dict[Ticket, Any] = {}
+        self.decisions: list[law.Decision] = []
+        self._telemetry_every = max(1, round(sc.admission.telemetry.poll_interval_ms / 100))
+        self._ticks = 0
+
+    def attach(self, sim: Any, pod: Pod) -> None:
+        pod.front = Engine(sim.scenario.admission, sim.scenario.model, clock=lambda: sim.now)
+
+    # ---- requests ------------------------------------------------------------------------
+    def on_arrival(self, sim: Any, req: Any) -> None:
+        pod = self.route(sim, req)
+        if isinstance(pod, str):
+            sim.refuse(req, pod)
+            return
+        engine: Engine = pod.front
+        ticket = engine.submit(req.tenant, req.priority, RequestCost.fixed(req.prompt_tokens, req.max_tokens))
+        req.ticket, req.pod = ticket, pod
+        if ticket.state is TicketState.ADMITTED:
+            sim.start(req, pod)
+        elif ticket.state is TicketState.QUEUED:
+            self.req_of[ticket] = req
+        else:
+            sim.refuse(req, ticket.reason.value)
+        self._settle(sim, pod)
+
+    def _settle(self, sim: Any, pod: Pod, settled: list[Ticket] | None = None) -> None:
+        """Start or refuse what left ``pod``'s admission queue (``settled``: already taken from it)."""
+        tickets = (settled or []) + pod.front.take_settled()
+        if not pod.live:
+            return
+        for ticket in tickets:
+            req = self.req_of.pop(ticket, None)
+            if req is None or req.outcome is not None:
+                continue
+            if ticket.state is TicketState.ADMITTED:
+                sim.start(req, pod)
+            else:
+                sim.refuse(req, ticket.reason.value)
+
+    def on_finish(self, sim: Any, req: Any, pod: Pod) -> None:
+        used = req.prompt_tokens + req.output_tokens
+        backend_ttft_s = req.first_token_s - req.started_s  # as the proxy measures it: from forwarding
+        pod.front.release(req.ticket, Completion.SUCCESS, ttft_s=backend_ttft_s, used_tokens=used)
+        self._settle(sim, pod)
+
+    def on_abort(self, sim: Any, req: Any, pod: Pod) -> None:
+        pod.front.release(req.ticket, Completion.CANCELLED)
+        self._settle(sim, pod)
+
+    def on_cancel(self, sim: Any, req: Any) -> None:
+        if req.ticket is not None and req.pod is not None and req.pod.front is not None:
+            req.pod.front.cancel(req.ticket)
+            self.req_of.pop(req.ticket, None)
+
+    def on_pod_lost(self, sim: Any, pod: Pod) -> list[Any]:
+        if pod.front is None:
+            return []
+        return [r for t in list(pod.front.queue.queued()) if (r := self.req_of.pop(t, None)) is not None]
+
+    def in_flight(self, pod: Pod) -> int:
+        return len(pod.running) + (pod.front.queue.depth if pod.front is not None else 0)
+
+    def tick(self, sim: Any) -> None:
+        self._ticks += 1
+        telemetry = self._ticks % self._telemetry_every == 0
+        for pod in sim.pool.live_pods():
+            engine: Engine | None = pod.front
+            if engine is None or not (engine.queue.depth or engine.in_flight or telemetry):
+                continue
+            if telemetry:
+                sim.sync(pod)
+                engine.observe_telemetry(
+                    Telemetry(
+                        kv_cache_usage=pod.replica.kv_usage,
+                        generation_tokens_total=float(pod.replica.generation_tokens_total),
+                    )
+                )
+            self._settle(sim, pod, engine.tick())
+
+    # ---- scaling -------------------------------------------------------------------------
+    def metric(self, sim: Any) -> tuple[float, float, MetricType]:
+        now = sim.now
+        pods, current = [], {}
+        for pod in sim.pool.live_pods():
+            pods.append(PodInfo(name=pod.name, role=pod.role, ready=pod.ready))
+            if pod.role == constants.ROLE_ACTIVE and pod.front is not None:
+                current[pod.name] = _reduce(snapshot(pod, now))
+        baselines = {name: self.history.baseline(name, snap, self.window_s) for name, snap in current.items()}
+        obs = rates.observe(pods, current, baselines, now, STALE_AFTER_S, max_window_s=2 * self.window_s)
+        for name, snap in current.items():
+            self.history.record(name, snap)
+        self.history.forget_except(current, newest_s=now)
+        decision, self.law_state = law.decide(self.law_policy, obs, self.law_state, now)
+        self.decisions.append(decision)
+        return decision.metric_value, 1.0, MetricType.AVERAGE_VALUE
+
+
+def snapshot(pod: Pod, now_s: float) -> StatsSnapshot:
+    """What ``pod``'s sidecar would serve at ``/tidegate/stats`` now (its engine's counters and gauges)."""
+    engine: Engine = pod.front
+    c = engine.counters
+    return StatsSnapshot(
+        pod=pod.name,
+        role=pod.role,
+        instance_id=pod.name,
+        started_at_s=pod.ready_at_s,
+        time_s=now_s,
+        admitted_total=c.admitted_total,
+        admitted_demoted_total=c.admitted_demoted_total,
+        admitted_tokens_total=c.admitted_tokens_total,
+        completed_total=c.completed_total,
+        rejected_total=dict(c.rejected_total),
+        tenants={
+            name: TenantCounters(
+                admitted=t.admitted,
+                admitted_tokens=t.admitted_tokens,
+                demoted=t.demoted,
+                capacity_rejected=t.capacity_rejected,
+                policy_rejected=t.policy_rejected,
+            )
+            for name, t in c.tenants.items()
+        },
+        in_flight_requests=engine.in_flight_requests,
+        in_flight_tokens=engine.in_flight_tokens,
+        token_budget=engine.admission.token_budget,
+        max_concurrency=engine.admission.max_concurrency,
+        queue_depth=engine.queue.depth,
+        kv_cache_usage=min(1.0, pod.replica.kv_usage) if pod.replica is not None else None,
+    )
