@@ -31,6 +31,9 @@ class ScalerSettings:
     stream_interval_s: float = 5.0
     hpa_tolerance: float = 0.1
     metrics_port: int = 0  # 0: no /metrics endpoint
+    prometheus_timeout_s: float = 5.0
+    prometheus_namespace_label: str = "namespace"
+    prometheus_pod_label: str = "pod"
     log_level: str = "INFO"
 
 
@@ -64,6 +67,16 @@ def add_arguments(parser: argparse.ArgumentParser, env: Mapping[str, str] = os.e
     )
     parser.add_argument("--hpa-tolerance", type=float, default=e("hpa_tolerance"), help="the HPA's tolerance (0.1)")
     parser.add_argument("--metrics-port", type=int, default=e("metrics_port"), help="Prometheus /metrics port (0: off)")
+    parser.add_argument(
+        "--prometheus-timeout-s",
+        type=float,
+        default=e("prometheus_timeout_s"),
+        help="per PromQL query (source prometheus)",
+    )
+    parser.add_argument(
+        "--prometheus-namespace-label", default=e("prometheus_namespace_label"), help="target label with the namespace"
+    )
+    parser.add_argument("--prometheus-pod-label", default=e("prometheus_pod_label"), help="target label with the pod")
     parser.add_argument("--log-level", default=e("log_level"), help="DEBUG, INFO, WARNING (default %(default)s)")
 
 
@@ -99,7 +112,8 @@ async def run(settings: ScalerSettings) -> int:
     """Serve until SIGTERM/SIGINT; returns the exit code."""
     from tidegate.scaler import server
     from tidegate.scaler.metrics import DesiredReplicasMetric
-    from tidegate.scaler.service import Scaler
+    from tidegate.scaler.prometheus import PrometheusSignals
+    from tidegate.scaler.service import BySource, Scaler
     from tidegate.scaler.sidecar import SidecarSignals
 
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
@@ -109,7 +123,14 @@ async def run(settings: ScalerSettings) -> int:
         pods = KubernetesPodSource(kubeconfig=settings.kubeconfig)
     else:
         pods = _static_pods(settings.pods)
-    signals = SidecarSignals(pods, timeout_s=settings.sidecar_timeout_s, stale_after_s=settings.stale_after_s)
+    sidecar = SidecarSignals(pods, timeout_s=settings.sidecar_timeout_s, stale_after_s=settings.stale_after_s)
+    prometheus = PrometheusSignals(
+        pods,
+        timeout_s=settings.prometheus_timeout_s,
+        namespace_label=settings.prometheus_namespace_label,
+        pod_label=settings.prometheus_pod_label,
+    )
+    signals = BySource({"sidecar": sidecar, "prometheus": prometheus})
     metric = DesiredReplicasMetric()
     if settings.metrics_port:
         metric.serve(settings.metrics_port)

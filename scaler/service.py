@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from tidegate.scaler import law
+from tidegate.scaler.errors import SourceError
 from tidegate.scaler.law import Decision, LawState, Observation, Policy
 from tidegate.scaler.metadata import Target
 
@@ -47,6 +48,28 @@ class SignalSource(Protocol):
 
 
 DecisionHook = Callable[[Target, Decision], None]
+
+
+class BySource:
+    """Routes each pool to the signal source its ``spec.scaling.signal.source`` names.
+
+    ``sources``: ``{"sidecar": SidecarSignals, "prometheus": PrometheusSignals}``; a pool naming a
+    source this scaler was not given raises :class:`~tidegate.scaler.errors.SourceError`.
+    """
+
+    def __init__(self, sources: dict[str, SignalSource]) -> None:
+        self.sources = sources
+
+    async def observe(self, target: Target) -> Observation:
+        name = target.scaling.signal.source.value
+        source = self.sources.get(name)
+        if source is None:
+            raise SourceError(f"pool {target.namespace}/{target.pool}: signal source {name!r} is not enabled here")
+        return await source.observe(target)
+
+    async def close(self) -> None:
+        for source in self.sources.values():
+            await source.close()
 
 
 @dataclass
