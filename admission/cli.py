@@ -23,6 +23,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--listen", type=_host_port, default=("0.0.0.0", 8080), metavar="HOST:PORT", help="default 0.0.0.0:8080"
     )
     p.add_argument("--labels-file", help="downward-API labels file carrying tidegate.dev/role (absent: active)")
+    p.add_argument(
+        "--api-keys-dir",
+        help="mounted Secret for tenancy.identity apiKey: one file per tenant with SHA-256 digests of its keys",
+    )
     p.add_argument("--drain-grace", type=float, metavar="SECONDS", help="default: admission.requestTimeoutSeconds")
     p.add_argument("--log-level", default="INFO")
     p.set_defaults(func=_run)
@@ -39,7 +43,7 @@ def _run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     settings = SidecarSettings.from_env(
         config_path=args.config, upstream=args.upstream, listen_host=args.listen[0], listen_port=args.listen[1],
-        labels_file=args.labels_file, drain_grace_s=args.drain_grace,
+        labels_file=args.labels_file, api_keys_dir=args.api_keys_dir, drain_grace_s=args.drain_grace,
     )  # fmt: skip
     try:
         return asyncio.run(serve(settings))

@@ -95,6 +95,57 @@ class ConfigWatcher:
         return self.config
 
 
+class ApiKeys:
+    """API-key -> tenant mapping from a mounted Secret (``tenancy.identity: apiKey``).
+
+    The Secret named by ``tenancy.apiKeySecret`` is mounted as a directory: one file per tenant
+    (the file name is the tenant), holding SHA-256 hex digests of that tenant's keys, one per line
+    (``#`` comments and blank lines ignored). Keys themselves never reach the sidecar. The directory
+    is re-read when its content changes (Secret volumes update in place). An unknown key is a 401,
+    never the default tenant.
+    """
+
+    def __init__(self, directory: str | os.PathLike[str] | None) -> None:
+        self.directory = None if directory is None else pathlib.Path(directory)
+        self._digest: bytes | None = None
+        self._tenants: dict[str, str] = {}
+        self.reload()
+
+    def reload(self) -> bool:
+        """Re-read the directory if it changed; True when the mapping changed."""
+        if self.directory is None:
+            return False
+        files: list[tuple[str, bytes]] = []
+        try:
+            for path in sorted(self.directory.iterdir()):
+                if not path.name.startswith(".") and path.is_file():
+                    files.append((path.name, path.read_bytes()))
+        except OSError:
+            files = []
+        digest = hashlib.sha256(repr(files).encode()).digest()
+        if digest == self._digest:
+            return False
+        self._digest = digest
+        tenants: dict[str, str] = {}
+        for tenant, data in files:
+            for line in data.decode("utf-8", "replace").splitlines():
+                line = line.split("#", 1)[0].strip().lower()
+                if line:
+                    tenants[line] = tenant
+        self._tenants = tenants
+        return True
+
+    def tenant(self, authorization: str | None) -> str | None:
+        """The tenant of an ``Authorization: Bearer <key>`` header, or None (unknown / absent)."""
+        if not authorization or not authorization.lower().startswith("bearer "):
+            return None
+        key = authorization[len("bearer ") :].strip()
+        return self._tenants.get(hashlib.sha256(key.encode()).hexdigest()) if key else None
+
+    def __len__(self) -> int:
+        return len(self._tenants)
+
+
 ROLE_LABEL = "tidegate.dev/role"
 
 
@@ -126,6 +177,7 @@ class SidecarSettings:
     listen_host: str = "0.0.0.0"
     listen_port: int = 8080
     labels_file: str | None = None
+    api_keys_dir: str | None = None
     pod: str = ""
     drain_grace_s: float | None = None  # None: the config's requestTimeoutSeconds
     tick_s: float = 0.05

@@ -39,7 +39,7 @@ from aiohttp import web
 
 from tidegate.admission import errors, metrics, stats, telemetry
 from tidegate.admission.breaker import Completion
-from tidegate.admission.config import ConfigWatcher, SidecarConfig, SidecarSettings, read_role
+from tidegate.admission.config import ApiKeys, ConfigWatcher, SidecarConfig, SidecarSettings, read_role
 from tidegate.admission.cost import CHAT_PATH, COMPLETIONS_PATH, CostError
 from tidegate.admission.engine import Engine, EngineTuning, Telemetry
 from tidegate.admission.proxy import Forwarder, Relay
@@ -53,6 +53,7 @@ log = logging.getLogger(__name__)
 
 BACKEND_METRICS_PATH = "/metrics"
 BACKEND_HEALTH_PATH = "/health"
+MAX_TENANT_CHARS = 128  # as the API's tenant names: a header cannot grow the counters without bound per key
 
 
 class BodyTooLarge(Exception):
@@ -96,6 +97,7 @@ class Sidecar:
         )
         self.watcher = watcher
         self.role = read_role(settings.labels_file)
+        self.api_keys = ApiKeys(settings.api_keys_dir)
         self.draining = False
         self.backend_healthy = True
         self.instance_id = uuid.uuid4().hex
@@ -174,9 +176,9 @@ class Sidecar:
     def _tenant(self, request: web.Request) -> str | None:
         tenancy = self.engine.admission.tenancy
         if tenancy.identity is TenantIdentitySource.HEADER:
-            return request.headers.get(tenancy.header) or "default"
+            return (request.headers.get(tenancy.header) or "default")[:MAX_TENANT_CHARS]
         if tenancy.identity is TenantIdentitySource.API_KEY:
-            return None  # key-hash mapping not implemented in the sidecar yet: refuse, never guess
+            return self.api_keys.tenant(request.headers.get("Authorization"))  # None: 401, never a guess
         return "default"
 
     async def _admitted(self, request: web.Request, path: str) -> web.StreamResponse:
@@ -186,12 +188,7 @@ class Sidecar:
         priority = request.headers.get(admission.priority_header)
         tenant = self._tenant(request)
         if tenant is None:
-            return self._refuse(
-                "unknown",
-                priority,
-                Reason.UNAUTHORIZED,
-                "API-key tenant identity is not supported by this sidecar build",
-            )
+            return self._refuse("unknown", priority, Reason.UNAUTHORIZED, "missing or unknown API key")
         if not self.serving:
             why = "draining" if self.draining else f"in the {self.role!r} role"
             return self._refuse(
@@ -398,6 +395,8 @@ class Sidecar:
 
     def _reload(self) -> None:
         self.role = read_role(self.settings.labels_file)
+        if self.api_keys.reload():
+            log.info("API keys reloaded: %d keys", len(self.api_keys))
         if self.watcher is None:
             return
         new = self.watcher.poll()

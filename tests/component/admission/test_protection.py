@@ -191,3 +191,24 @@ async def test_stats_follow_the_contract(start_sim, start_sidecar, http) -> None
     snap = await stats.fetch(http, sidecar.url)
     assert snap.admitted_total == 1 and snap.completed_total == 1 and snap.pool == "test"
     assert snap.in_flight_requests == 0 and snap.breaker_state is stats.BreakerState.CLOSED
+
+
+async def test_api_key_identity_maps_keys_to_tenants_and_refuses_unknown_keys(
+    start_sim, start_sidecar, http, tmp_path
+) -> None:
+    import hashlib
+
+    (tmp_path / "acme").write_text(hashlib.sha256(b"sk-acme").hexdigest() + "\n")
+    sim = await start_sim()
+    sidecar = await start_sidecar(
+        sim.url, admission={"tenancy": {"identity": "apiKey", "apiKeySecret": "keys"}}, api_keys_dir=str(tmp_path)
+    )
+    for auth in ({}, {"Authorization": "Bearer sk-unknown"}):
+        async with http.post(sidecar.url + "/v1/chat/completions", json=chat(max_tokens=2), headers=auth) as resp:
+            assert resp.status == 401
+            assert error_of(await resp.json())["code"] == "unauthorized"
+    async with http.post(sidecar.url + "/v1/chat/completions", json=chat(max_tokens=2),
+                         headers={"Authorization": "Bearer sk-acme"}) as resp:  # fmt: skip
+        assert resp.status == 200
+    assert sidecar.engine.counters.tenants["acme"].admitted == 1
+    assert sim.model.num_running == 0

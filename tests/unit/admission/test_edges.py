@@ -140,3 +140,22 @@ def test_no_gpu_means_no_gpu_gate(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_tenant_labels_are_bounded_and_stable() -> None:
     labels = TenantLabels(2, ["vip"])
     assert [labels.label(t) for t in ("a", "b", "vip", "a")] == ["a", OTHER, "vip", "a"]
+
+
+def test_api_keys_map_to_tenants_by_digest_and_reload(tmp_path) -> None:
+    import hashlib
+
+    def digest(key: str) -> str:
+        return hashlib.sha256(key.encode()).hexdigest()
+
+    (tmp_path / "acme").write_text(f"# acme's keys\n{digest('sk-acme-1')}\n{digest('sk-acme-2').upper()}\n")
+    (tmp_path / "..data").mkdir()  # a Secret volume's bookkeeping is not a tenant
+    keys = config.ApiKeys(tmp_path)
+    assert keys.tenant("Bearer sk-acme-1") == keys.tenant("bearer sk-acme-2") == "acme"
+    assert keys.tenant("Bearer sk-nobody") is None
+    assert keys.tenant(None) is None and keys.tenant("Basic abc") is None and keys.tenant("Bearer ") is None
+    assert not keys.reload()  # unchanged
+    (tmp_path / "globex").write_text(digest("sk-globex") + "\n")
+    assert keys.reload()
+    assert keys.tenant("Bearer sk-globex") == "globex"
+    assert config.ApiKeys(None).tenant("Bearer sk-acme-1") is None
