@@ -77,3 +77,18 @@ def test_the_operators_scaledobject_trigger_parses_to_the_pools_own_scaling_spec
     t = metadata.parse(so["metadata"]["name"], so["metadata"]["namespace"], trigger["metadata"])
     assert (t.namespace, t.pool) == (pool.metadata.namespace, pool.metadata.name)
     assert t.scaling == pool.spec.scaling.model_copy(update={"polling_interval_seconds": 15, "fallback_replicas": None})
+
+
+def test_with_fallback_replicas_the_scaledobject_keeps_what_keda_fallback_needs() -> None:
+    # KEDA applies spec.fallback only to AverageValue metrics, and counts GetMetrics failures, which
+    # this scaler answers UNAVAILABLE when a pool's pods or Prometheus cannot be read at all
+    builders = pytest.importorskip("tidegate.operator.builders.scaled_object")
+    settings_mod = pytest.importorskip("tidegate.operator.settings")
+    from tests.invalid_pools import valid_pool
+    from tidegate.api import InferencePool
+
+    doc = valid_pool()
+    doc["spec"]["scaling"] = {"minReplicas": 1, "maxReplicas": 12, "fallbackReplicas": 6}
+    so = builders.scaled_object(InferencePool.model_validate(doc), settings_mod.OperatorSettings())
+    assert so["spec"]["fallback"]["replicas"] == 6 and so["spec"]["fallback"]["failureThreshold"] >= 1
+    assert {t["metricType"] for t in so["spec"]["triggers"]} == {"AverageValue"}
