@@ -71,6 +71,10 @@ class EngineTuning:
     """A KV gauge unchanged this long while nothing is in flight is frozen, not pressure."""
     prior_duration_s: float = 10.0
     """Assumed request duration until a request has completed."""
+    prior_s_per_token: float = 0.02
+    """Assumed seconds per charged token (prompt + output) of one request until one has completed."""
+    shed_floor_s: float = 5.0
+    """In-flight shedding never aborts a request younger than this, whatever the prediction."""
     duration_alpha: float = 0.1
     """Weight of each new completed request in the mean duration."""
     compact_every_s: float = 10.0
@@ -137,6 +141,7 @@ class Engine:
         self._settled: list[Ticket] = []
         self._next_id = 0
         self._mean_duration_s = self.tuning.prior_duration_s
+        self._s_per_token = self.tuning.prior_s_per_token
         self._last_progress_s = clock()
         self._busy_since_s = clock()
         self._last_generation_total: float | None = None
@@ -378,6 +383,8 @@ class Engine:
             self._last_progress_s = now
             duration = now - (ticket.admitted_at_s or now)
             self._mean_duration_s += self.tuning.duration_alpha * (duration - self._mean_duration_s)
+            per_token = duration / max(1, charged)
+            self._s_per_token += self.tuning.duration_alpha * (per_token - self._s_per_token)
         self.dispatch()
 
     def cancel(self, ticket: Ticket) -> bool:
@@ -462,6 +469,21 @@ class Engine:
             self.token_budget = max(round(base * spec.min_ratio), round(self.token_budget * (1 - spec.step)))
         elif p95 < spec.grow_below and peak >= ADAPT_BUSY:
             self.token_budget = min(round(base * spec.max_ratio), round(self.token_budget * (1 + spec.step)))
+
+    def predicted_duration_s(self, ticket: Ticket) -> float:
+        """How long ``ticket`` should run: its reserved tokens x the measured seconds per token."""
+        return ticket.reserved_tokens * self._s_per_token
+
+    def overdue(self) -> list[Ticket]:
+        """In-flight requests running past ``shedAfterMultiple`` x their predicted time (off: [])."""
+        multiple = self.admission.shed_after_multiple
+        if multiple is None:
+            return []
+        now, floor = self.clock(), self.tuning.shed_floor_s
+        return [
+            t for t in self.in_flight.values()
+            if now - (t.admitted_at_s or now) > max(floor, multiple * self.predicted_duration_s(t))
+        ]  # fmt: skip
 
     def note_progress(self) -> None:
         """The backend produced tokens (a streamed chunk, a response): it is not stalled."""

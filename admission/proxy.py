@@ -19,6 +19,7 @@ Upstream errors before any byte reached the client become OpenAI-style 502 / 504
 """
 
 import asyncio
+import contextlib
 import json
 import time
 from collections.abc import Callable
@@ -30,6 +31,7 @@ from aiohttp import web
 
 from tidegate.admission import errors
 from tidegate.admission.breaker import Completion
+from tidegate.admission.reasons import Reason
 
 HOP_BY_HOP = frozenset(
     {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer",
@@ -49,6 +51,7 @@ class Relay:
     chunks: int = 0
     status: int = 0
     started_s: float = 0.0  # when the request was sent upstream (clock seconds)
+    shed_retry_s: float | None = None  # set (with a task cancel) when the sidecar sheds the request
 
 
 class _ClientGone(Exception):
@@ -150,8 +153,14 @@ class Forwarder:
                 relay.used_tokens = prompt_tokens + relay.chunks  # counted: ~one token per event
             return response
         except asyncio.CancelledError:
-            relay.completion = Completion.CANCELLED
-            raise
+            if relay.shed_retry_s is None:
+                relay.completion = Completion.CANCELLED
+                raise
+            task = asyncio.current_task()
+            if task is not None:
+                task.uncancel()  # shed by the sidecar, not gone: the client is told to retry
+            relay.completion = Completion.NEUTRAL
+            return await self._shed_answer(response, relay.shed_retry_s)
         except _ClientGone:
             relay.completion = Completion.CANCELLED
             return response or web.Response(status=499)
@@ -179,6 +188,16 @@ class Forwarder:
                     upstream.release()
                 else:
                     upstream.close()  # drop the connection: the backend aborts the generation
+
+    async def _shed_answer(self, response: web.StreamResponse | None, retry_s: float) -> web.StreamResponse:
+        message = "request shed: running far longer than predicted; retry"
+        if response is None:
+            status, headers, body = errors.rejection(Reason.TOKEN_BUDGET, message, retry_s, code="shed")
+            return web.Response(status=status, headers=headers, body=body)
+        event = b"data: " + errors.error_body(503, message, "shed") + b"\n\n"
+        with contextlib.suppress(ConnectionError, aiohttp.ClientConnectionResetError):
+            await response.write(event)
+        return response
 
     async def _relay_events(
         self,

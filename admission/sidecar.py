@@ -103,6 +103,7 @@ class Sidecar:
         self.instance_id = uuid.uuid4().hex
         self.started_at_s = time.time()
         self._waiters: dict[int, asyncio.Future[None]] = {}
+        self._running: dict[int, tuple[asyncio.Task[object], Relay]] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._runner: web.AppRunner | None = None
         self.url = ""
@@ -221,12 +222,16 @@ class Sidecar:
             return self._rejection(ticket)
 
         relay = Relay()
+        task = asyncio.current_task()
+        if task is not None:
+            self._running[ticket.id] = (task, relay)
         try:
             return await self.forwarder.forward(
                 request, path, body, raw, stream=cost.stream, client_wants_usage=cost.include_usage,
                 prompt_tokens=cost.prompt_tokens, timeout_s=float(admission.request_timeout_seconds), relay=relay,
             )  # fmt: skip
         finally:
+            self._running.pop(ticket.id, None)
             engine.release(
                 ticket, relay.completion, ttft_s=relay.ttft_s, used_tokens=relay.used_tokens,
                 usage_reported=relay.usage_reported,
@@ -387,11 +392,23 @@ class Sidecar:
             try:
                 self.engine.tick()
                 self._wake_settled()
+                self._shed_overdue()
                 if self.clock() >= next_reload:
                     next_reload = self.clock() + self.settings.reload_s
                     self._reload()
             except Exception:  # a bug here must not stop expiry and dispatch for good
                 log.exception("admission tick failed")
+
+    def _shed_overdue(self) -> None:
+        """Abort requests running far past their prediction (``shedAfterMultiple``; off by default)."""
+        for ticket in self.engine.overdue():
+            entry = self._running.get(ticket.id)
+            if entry is not None and entry[1].shed_retry_s is None:
+                task, relay = entry
+                relay.shed_retry_s = max(1.0, self.engine.mean_duration_s / 2)
+                log.warning("shedding request %d of tenant %r: running %.1f s, predicted %.1f s", ticket.id,
+                            ticket.tenant, self.clock() - (ticket.admitted_at_s or 0), self.engine.predicted_duration_s(ticket))  # fmt: skip
+                task.cancel()
 
     def _reload(self) -> None:
         self.role = read_role(self.settings.labels_file)

@@ -328,6 +328,14 @@ class AdmissionSpec(ApiModel):
         description="Longest a request may run end to end before the sidecar aborts and releases it. "
         "Pods get this plus 30 s of termination grace, so draining never cuts a generation short.",
     )
+    shed_after_multiple: float | None = Field(
+        default=None,
+        gt=1.0,
+        le=1000.0,
+        description="In-flight shedding (off when unset): a request running longer than this multiple of "
+        "its predicted time (reserved tokens x the measured seconds per token) is aborted and released, "
+        "and its client told to retry (503 + Retry-After, or an SSE error event once streaming).",
+    )
     queue: QueueSpec = Field(default_factory=QueueSpec, description="Bounded weighted-fair queue.")
     kv_cache: KvCacheGate = Field(default_factory=KvCacheGate, description="KV-cache pressure gate (trip / resume).")
     gpu_memory: GpuMemoryGate = Field(

@@ -8,7 +8,7 @@ from tidegate.admission import stats
 from tidegate.admission.breaker import BreakerState, BreakerTuning
 from tidegate.admission.engine import EngineTuning
 
-from .helpers import chat, error_of, eventually
+from .helpers import chat, error_of, eventually, sse_events
 
 
 def retry_after(headers) -> tuple[int, int]:
@@ -212,3 +212,21 @@ async def test_api_key_identity_maps_keys_to_tenants_and_refuses_unknown_keys(
         assert resp.status == 200
     assert sidecar.engine.counters.tenants["acme"].admitted == 1
     assert sim.model.num_running == 0
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_request_running_far_past_its_prediction_is_shed(start_sim, start_sidecar, http, stream: bool) -> None:
+    sim = await start_sim(decode_tokens_per_s=20)
+    tuning = EngineTuning(prior_s_per_token=0.001, shed_floor_s=0.3)
+    sidecar = await start_sidecar(sim.url, admission={"shedAfterMultiple": 2}, tuning=tuning)
+    async with http.post(sidecar.url + "/v1/chat/completions", json=chat(max_tokens=200, stream=stream)) as resp:
+        if stream:
+            assert resp.status == 200
+            events = await sse_events(resp)
+            assert error_of(events[-1][1])["code"] == "shed"
+        else:
+            assert resp.status == 503
+            assert error_of(await resp.json())["code"] == "shed"
+            retry_after(resp.headers)
+    await eventually(lambda: sidecar.engine.in_flight_requests == 0, what="the shed request released")
+    await eventually(lambda: sim.model.num_running == 0, what="the backend aborted it")

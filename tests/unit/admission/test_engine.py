@@ -351,3 +351,24 @@ def test_a_lone_request_runs_over_an_adapted_down_budget() -> None:
     big = e.submit("a", None, tokens(8_000))
     assert big.state is TicketState.ADMITTED
     assert e.submit("b", None, tokens(100)).state is not TicketState.ADMITTED
+
+
+def test_in_flight_shedding_is_off_by_default_and_finds_overdue_requests() -> None:
+    clock = FakeClock()
+    tuning = EngineTuning(prior_s_per_token=0.01, shed_floor_s=1.0, duration_alpha=1.0)
+    off = engine(clock, tuning=tuning)
+    off.submit("a", None, tokens(100))
+    clock.advance(3600)
+    assert off.overdue() == []
+    e = engine(clock, tuning=tuning, shedAfterMultiple=3)
+    slow = e.submit("a", None, tokens(100))  # predicted 1 s: shed after 3 s
+    clock.advance(2.9)
+    quick = e.submit("b", None, tokens(10))
+    assert e.overdue() == []
+    clock.advance(0.2)
+    assert e.overdue() == [slow]
+    clock.advance(0.5)
+    assert e.overdue() == [slow]  # 0.7 s old, predicted 0.1 s: still under the 1 s floor
+    e.release(quick, Completion.SUCCESS, used_tokens=10)  # learns 0.07 s per token
+    assert e.predicted_duration_s(slow) == pytest.approx(7.0)
+    assert e.overdue() == []
