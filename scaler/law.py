@@ -8,16 +8,17 @@ Inputs are one :class:`Observation` (per-second rates over a window, summed over
 active pods, plus gauges) and the :class:`Policy` (from ``spec.scaling``). Writing
 ``A`` admitted/s, ``C`` capacity-rejected/s, ``n`` active pods with rates,
 ``t`` = ``targetUtilization``, ``r*`` = ``targetCapacityRejectRate``, ``h`` = :data:`HYSTERESIS`,
-``L`` in-flight tokens, ``B`` token budget per replica, ``N`` current active replicas::
+``L`` in-flight tokens, ``B`` mean token budget per replica, ``N`` current active replicas
+(ready or still starting)::
 
     D        = A + C                       capacity demand; policy rejections never count
     rate     = C / D                       capacity reject rate (0 when D = 0)
     u        = L / (N * B)                 token utilisation of the current replicas
     util_rec = N                           if t(1-h) <= u <= t(1+h)    (dead band: no flapping)
              = ceil(L / (B * t))           otherwise
-    raw      = max(ceil(D / ((A / n) * t)), util_rec)    if rate > r*   (saturated)
-             = util_rec                                   otherwise
-             = minReplicas                                when idle (no demand, nothing in flight)
+    raw      = max(ceil(D / ((A / n) * t)), util_rec, N)   if rate > r*   (saturated; A ~ 0: maxReplicas)
+             = minReplicas                                  else if idle (no demand, nothing in flight)
+             = util_rec                                     otherwise
 
 ``D / (A/n)`` is the demand in units of what one replica was observed to admit, so a
 saturated pool is sized to run at ``t`` (DESIGN.md, "The scaler"). Then, clamped to
@@ -31,8 +32,8 @@ saturated pool is sized to run at ``t`` (DESIGN.md, "The scaler"). Then, clamped
   while any ready active pod's stats are missing or stale (hold, and say so).
 
 The answer is reported to KEDA as an ``AverageValue`` metric with target 1, so the HPA computes
-``ceil(metric)``; but the HPA ignores ratios ``metric / N`` within ``1 +- tolerance`` (0.1), which
-would park a saturated pool of 10+ replicas one replica short forever. :func:`hpa_metric_value`
+``ceil(metric)``; but the HPA ignores ratios ``metric / N`` within ``[1 - tolerance, 1 + tolerance]``
+(0.1, bounds included), which would park a saturated pool of 10+ replicas one replica short forever. :func:`hpa_metric_value`
 lifts such small scale-ups just past the tolerance (source: Kubernetes HPA algorithm,
 https://kubernetes.io/docs/tasks/run-application/horizontal-pod-autoscale/#algorithm-details).
 """
