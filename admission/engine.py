@@ -33,6 +33,11 @@ successful requests (moving average, prior :attr:`EngineTuning.prior_duration_s`
 tokens while ``I`` tokens are in flight takes about ``d/2 x D / I`` seconds (in-flight requests are
 on average half done; Little's law).
 
+Batch composition (``maxPrefillTokens``, off by default): prompt tokens of admitted requests whose
+first token has not been seen are capped; a longer prompt waits for the prefills in progress, then
+runs alone. Streams end their prefill at the first event; non-streamed requests after the prefill
+time predicted from the measured prefill speed.
+
 Adaptive budget (``adaptiveBudget``, off by default): the budget in force (:attr:`Engine.token_budget`)
 moves once per window with the p95 of backend TTFT / class SLO, within bounds; a request alone on
 the replica always runs, so shrinking never strands a request that fits the configured budget.
@@ -71,6 +76,8 @@ class EngineTuning:
     """A KV gauge unchanged this long while nothing is in flight is frozen, not pressure."""
     prior_duration_s: float = 10.0
     """Assumed request duration until a request has completed."""
+    prior_prefill_tokens_per_s: float = 5000.0
+    """Assumed prefill speed until streamed requests measured it; ends the prefill of non-streamed ones."""
     prior_s_per_token: float = 0.02
     """Assumed seconds per charged token (prompt + output) of one request until one has completed."""
     shed_floor_s: float = 5.0
@@ -142,6 +149,8 @@ class Engine:
         self._next_id = 0
         self._mean_duration_s = self.tuning.prior_duration_s
         self._s_per_token = self.tuning.prior_s_per_token
+        self._prefill_tokens_per_s = self.tuning.prior_prefill_tokens_per_s
+        self.prefilling_tokens = 0
         self._last_progress_s = clock()
         self._busy_since_s = clock()
         self._last_generation_total: float | None = None
@@ -360,6 +369,7 @@ class Engine:
         if ticket.state is not TicketState.ADMITTED or self.in_flight.pop(ticket.id, None) is None:
             raise TicketStateError(f"ticket {ticket.id} is {ticket.state.value}, not admitted: cannot release")
         now = self.clock()
+        self._end_prefill(ticket)
         ticket.state, ticket.released_at_s = TicketState.RELEASED, now
         self.in_flight_tokens -= ticket.reserved_tokens
         self._class_tokens[ticket.priority] -= ticket.reserved_tokens
@@ -446,6 +456,7 @@ class Engine:
                              self.breaker.retry_after_s() or 1.0)  # fmt: skip
                 self._settled.append(ticket)
         self._adapt_budget(now)
+        self._end_estimated_prefills(now)
         self.dispatch()
         if now - self._compacted_at_s >= self.tuning.compact_every_s:
             self._compacted_at_s = now
@@ -469,6 +480,35 @@ class Engine:
             self.token_budget = max(round(base * spec.min_ratio), round(self.token_budget * (1 - spec.step)))
         elif p95 < spec.grow_below and peak >= ADAPT_BUSY:
             self.token_budget = min(round(base * spec.max_ratio), round(self.token_budget * (1 + spec.step)))
+
+    def first_token(self, ticket: Ticket, ttft_s: float | None = None) -> None:
+        """The backend produced ``ticket``'s first token: its prefill is over (``ttft_s`` teaches the
+        prefill speed used for requests whose first token is not seen, i.e. non-streamed ones)."""
+        if ticket.prefilling and ttft_s is not None and ttft_s > 0 and ticket.cost.prompt_tokens >= 64:
+            speed = ticket.cost.prompt_tokens / ttft_s
+            self._prefill_tokens_per_s += self.tuning.duration_alpha * (speed - self._prefill_tokens_per_s)
+        if self._end_prefill(ticket):
+            self.dispatch()
+
+    def _end_prefill(self, ticket: Ticket) -> bool:
+        if not ticket.prefilling:
+            return False
+        ticket.prefilling = False
+        self.prefilling_tokens -= ticket.cost.prompt_tokens
+        return True
+
+    def _end_estimated_prefills(self, now: float) -> None:
+        """Non-streamed requests never show a first token: end their prefill after the predicted time."""
+        if self.admission.max_prefill_tokens is None or not self.prefilling_tokens:
+            return
+        speed = self._prefill_tokens_per_s
+        for ticket in self.in_flight.values():
+            if (
+                ticket.prefilling
+                and not ticket.cost.stream
+                and now - (ticket.admitted_at_s or now) >= ticket.cost.prompt_tokens / speed
+            ):
+                self._end_prefill(ticket)
 
     def predicted_duration_s(self, ticket: Ticket) -> float:
         """How long ``ticket`` should run: its reserved tokens x the measured seconds per token."""
@@ -561,6 +601,9 @@ class Engine:
         if not self.in_flight:
             self._busy_since_s = now
         ticket.state, ticket.admitted_at_s = TicketState.ADMITTED, now
+        if ticket.cost.prompt_tokens > 0:
+            ticket.prefilling = True
+            self.prefilling_tokens += ticket.cost.prompt_tokens
         self.in_flight[ticket.id] = ticket
         self.in_flight_tokens += ticket.reserved_tokens
         self._peak_use = max(self._peak_use, self.in_flight_tokens / self.token_budget)
@@ -592,6 +635,9 @@ class Engine:
         free_requests = self.admission.max_concurrency - len(self.in_flight)
         if not self.in_flight and free_requests >= 1:
             return True, False  # alone it always runs, even over an adapted-down budget
+        cap = self.admission.max_prefill_tokens
+        if cap is not None and self.prefilling_tokens and self.prefilling_tokens + ticket.cost.prompt_tokens > cap:
+            return False, True  # wait for the prefills in progress (a long prompt then runs alone)
         if ticket.reserved_tokens > free_tokens or free_requests < 1:
             return False, True
         tokens, requests = self._reserved_for_others(ticket.priority)

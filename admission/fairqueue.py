@@ -1,11 +1,18 @@
-"""A bounded weighted-fair queue across tenants by token cost (start-time fair queueing).
+"""A bounded weighted-fair queue across tenants by token cost (self-clocked fair queueing).
 
 Each flow (tenant, priority class) has weight ``tenant.weight x class.weight``. A request of
 cost ``c`` arriving on a flow gets ``start = max(V, last_finish(flow))`` and
 ``finish = start + c / weight``; the queue serves the smallest finish tag first and sets the
-virtual time ``V`` to the start tag of what it serves. Under backlog, tokens served per unit
-weight of any two flows differ by at most ``c_max_i / w_i + c_max_j / w_j`` (Goyal, Vin & Cheng,
-"Start-time Fair Queueing", SIGCOMM 1996) — the margin the fairness property test checks.
+virtual time ``V`` to the finish tag of what it serves (Golestani, "A Self-Clocked Fair Queueing
+Scheme for Broadband Applications", INFOCOM 1994). Under backlog, tokens served per unit weight of
+any two flows differ by at most ``c_max_i / w_i + c_max_j / w_j`` — the margin the fairness
+property test checks.
+
+Shorter work first, with ageing: among flows, a short request (small ``c / weight``) is served
+before a long one that started at the same virtual time, but because ``V`` advances with every
+request served, a long request is overtaken by at most its own ``c / weight`` of other flows'
+work and is never starved (ordering by finish tag with ``V`` = the last *start* tag would let a
+stream of new tenants overtake it forever). Within a flow, requests keep their arrival order.
 
 Demoted requests (their tenant was over ``borrowingCap`` x its fair share on arrival) form a
 lower band: every normal request is offered before any demoted one, and a demoted request is
@@ -65,8 +72,8 @@ class FairQueue:
         self.tokens += ticket.reserved_tokens
 
     def served(self, ticket: Ticket) -> None:
-        """``ticket`` starts service (directly or from the queue): advance the virtual time."""
-        self.virtual_time = max(self.virtual_time, ticket.start_tag)
+        """``ticket`` starts service (directly or from the queue): the virtual time moves to its finish tag."""
+        self.virtual_time = max(self.virtual_time, ticket.finish_tag)
 
     def left(self, ticket: Ticket, served: bool) -> None:
         """``ticket`` (queued) left the queue; call before changing its state.

@@ -52,6 +52,7 @@ class Relay:
     status: int = 0
     started_s: float = 0.0  # when the request was sent upstream (clock seconds)
     shed_retry_s: float | None = None  # set (with a task cancel) when the sidecar sheds the request
+    on_first_event: Callable[[float], None] | None = None  # called with the TTFT at the first streamed event
 
 
 class _ClientGone(Exception):
@@ -224,6 +225,8 @@ class Forwarder:
         if event.startswith(b"data: ") and not event.startswith(b"data: [DONE]"):
             if relay.ttft_s is None:
                 relay.ttft_s = self._clock() - started
+                if relay.on_first_event is not None:
+                    relay.on_first_event(relay.ttft_s)
             self._note_progress()
             if b'"usage"' in event and b'"usage":null' not in event and b'"usage": null' not in event:
                 try:

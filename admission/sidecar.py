@@ -222,6 +222,12 @@ class Sidecar:
             return self._rejection(ticket)
 
         relay = Relay()
+
+        def first_event(ttft_s: float) -> None:
+            engine.first_token(ticket, ttft_s)
+            self._wake_settled()  # the prefill cap may let queued requests in
+
+        relay.on_first_event = first_event
         task = asyncio.current_task()
         if task is not None:
             self._running[ticket.id] = (task, relay)

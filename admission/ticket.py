@@ -64,6 +64,7 @@ class Ticket:
     finish_tag: float = 0.0
     seq: int = 0
     reserved_tokens: int = 0  # tokens this request holds while admitted (``cost.reserved_tokens``)
+    prefilling: bool = False  # admitted and no first token yet (batch-composition control)
 
     def __post_init__(self) -> None:
         self.reserved_tokens = self.cost.reserved_tokens

@@ -328,6 +328,14 @@ class AdmissionSpec(ApiModel):
         description="Longest a request may run end to end before the sidecar aborts and releases it. "
         "Pods get this plus 30 s of termination grace, so draining never cuts a generation short.",
     )
+    max_prefill_tokens: int | None = Field(
+        default=None,
+        ge=1,
+        le=10_000_000,
+        description="Batch-composition control (off when unset): prompt tokens that may be in prefill at once "
+        "(admitted, first token not yet produced), so one long prompt cannot stall the decodes of many short "
+        "requests. A longer prompt waits for the prefills in progress to end, then runs alone.",
+    )
     shed_after_multiple: float | None = Field(
         default=None,
         gt=1.0,

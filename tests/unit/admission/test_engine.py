@@ -3,6 +3,7 @@
 import pytest
 
 from tidegate.admission.breaker import BreakerState, Completion
+from tidegate.admission.cost import RequestCost
 from tidegate.admission.engine import EngineTuning, Telemetry
 from tidegate.admission.reasons import Outcome, Reason
 from tidegate.admission.ticket import TicketState, TicketStateError
@@ -164,15 +165,18 @@ def test_unknown_priority_class_is_a_bad_request() -> None:
 def test_tenant_over_its_fair_share_is_demoted_behind_others() -> None:
     e = engine(tokenBudget=1000, maxConcurrency=100, **ONE_CLASS)
     hog = [e.submit("hog", None, tokens(300)) for _ in range(2)]
-    e.submit("small", None, tokens(100))  # now two tenants active: fair share 500, borrowing cap 750
+    small = e.submit("small", None, tokens(100))  # now two tenants active: fair share 500, borrowing cap 750
     demoted = e.submit("hog", None, tokens(300))  # 900 > 750 but there is room: admitted, demoted
     assert demoted.outcome is Outcome.ADMIT_DEMOTED and demoted.state is TicketState.ADMITTED
     waits = e.submit("hog", None, tokens(100))  # demoted and no room: behind the small tenant
     normal = e.submit("small", None, tokens(100))
     assert waits.state is normal.state is TicketState.QUEUED
-    e.release(hog[0], Completion.SUCCESS)
-    assert e.take_settled()[0] is normal
-    assert e.counters.admitted_demoted_total >= 1
+    e.release(small, Completion.SUCCESS)  # room for one: the normal request goes first
+    assert e.take_settled() == [normal]
+    assert waits.state is TicketState.QUEUED and waits.demoted
+    e.release(hog[0], Completion.SUCCESS)  # the hog is back within its share: promoted, admitted
+    assert waits.state is TicketState.ADMITTED
+    assert e.counters.admitted_demoted_total == 1
 
 
 def test_a_lone_tenant_may_use_the_whole_budget() -> None:
@@ -372,3 +376,57 @@ def test_in_flight_shedding_is_off_by_default_and_finds_overdue_requests() -> No
     e.release(quick, Completion.SUCCESS, used_tokens=10)  # learns 0.07 s per token
     assert e.predicted_duration_s(slow) == pytest.approx(7.0)
     assert e.overdue() == []
+
+
+def test_prefill_cap_keeps_a_long_prompt_from_joining_other_prefills() -> None:
+    clock = FakeClock()
+    e = engine(clock, tokenBudget=100_000, maxConcurrency=1000, maxPrefillTokens=1000, **ONE_CLASS)
+    short = [e.submit("a", None, RequestCost.fixed(300, 10)) for _ in range(3)]
+    assert all(t.state is TicketState.ADMITTED for t in short)
+    long_prompt = e.submit("b", None, RequestCost.fixed(5000, 10))  # over the cap: waits, then runs alone
+    assert long_prompt.state is TicketState.QUEUED
+    for t in short[:2]:
+        e.first_token(t, ttft_s=0.1)
+    assert long_prompt.state is TicketState.QUEUED  # one prefill still in progress
+    e.first_token(short[2], ttft_s=0.1)
+    assert long_prompt.state is TicketState.ADMITTED and e.prefilling_tokens == 5000
+    after = e.submit("c", None, RequestCost.fixed(50, 10))
+    assert after.state is TicketState.QUEUED  # nothing joins the long prefill
+    e.first_token(long_prompt, ttft_s=0.5)
+    assert after.state is TicketState.ADMITTED
+
+
+def test_short_work_goes_first_but_a_long_prompt_is_never_starved() -> None:
+    clock = FakeClock()
+    e = engine(clock, tokenBudget=100_000, maxConcurrency=1000, maxPrefillTokens=1000, **ONE_CLASS)
+    first = e.submit("a", None, RequestCost.fixed(900, 10))
+    long_prompt = e.submit("b", None, RequestCost.fixed(5000, 10))
+    overtook = 0
+    for i in range(500):  # a stream of short requests from ever new tenants
+        t = e.submit(f"new-{i}", None, RequestCost.fixed(50, 10))
+        overtook += t.state is TicketState.ADMITTED and long_prompt.state is TicketState.QUEUED
+        for running in list(e.in_flight.values()):
+            e.first_token(running, ttft_s=0.01)
+        if long_prompt.state is TicketState.ADMITTED:
+            break
+    assert long_prompt.state is TicketState.ADMITTED
+    assert 0 < overtook <= 5010 // 60 + 1  # overtaken by at most its own cost of others' work
+    assert first.state is TicketState.ADMITTED
+
+
+def test_non_streamed_prefills_end_after_the_predicted_prefill_time() -> None:
+    clock = FakeClock()
+    e = engine(clock, tuning=EngineTuning(prior_prefill_tokens_per_s=1000), tokenBudget=100_000, maxConcurrency=100,
+               maxPrefillTokens=1000, **ONE_CLASS)  # fmt: skip
+    first = e.submit("a", None, RequestCost.fixed(800, 10))  # non-streamed: no first token will be seen
+    second = e.submit("a", None, RequestCost.fixed(800, 10))
+    assert second.state is TicketState.QUEUED
+    clock.advance(0.7)
+    e.tick()
+    assert second.state is TicketState.QUEUED
+    clock.advance(0.2)  # 800 tokens at 1000 tokens/s
+    e.tick()
+    assert second.state is TicketState.ADMITTED
+    e.release(first, Completion.SUCCESS)
+    e.release(second, Completion.SUCCESS)
+    assert e.prefilling_tokens == 0

@@ -4,7 +4,7 @@
 - the engine's in-flight totals always equal the sum over admitted tickets;
 - every admitted ticket is released exactly once; after releasing or cancelling everything the
   engine is back to zero: no tokens, slots or tenant state leak on any path;
-- under backlog, tenants are served tokens in proportion to their weights within the start-time
+- under backlog, tenants are served tokens in proportion to their weights within the self-clocked
   fair queueing margin.
 """
 
@@ -151,7 +151,7 @@ def test_backlogged_tenants_are_served_in_proportion_to_their_weights(
             queued[t.tenant] -= 1
             on_admit(t)
 
-    # Start-time fair queueing bound over any interval where all flows are backlogged:
+    # Self-clocked fair queueing bound over any interval where all flows are backlogged:
     # |S_i/w_i - S_j/w_j| <= c_max/w_i + c_max/w_j. Demotion (borrowingCap 1.5) only corrects the
     # warm-up burst and is promoted away once a tenant is back within its share: same bound.
     normalized = [served[n] / w for n, w in zip(names, weights, strict=True)]
