@@ -4,8 +4,8 @@ import json
 
 import yaml
 
-from tidegate.cli.main import main
 from tests.unit.simulate.conftest import BASE
+from tidegate.cli.main import main
 
 
 def test_simulate_writes_tables_json_and_a_plot(tmp_path, capsys) -> None:

@@ -3,8 +3,8 @@
 import pytest
 import yaml
 
-from tidegate.sim.simulate import scenario
 from tests.unit.simulate.conftest import BASE
+from tidegate.sim.simulate import scenario
 
 
 def test_builtins_cover_the_issue() -> None:
