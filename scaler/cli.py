@@ -66,7 +66,9 @@ def add_arguments(parser: argparse.ArgumentParser, env: Mapping[str, str] = os.e
         "--stream-interval-s", type=float, default=e("stream_interval_s"), help="StreamIsActive check period"
     )
     parser.add_argument("--hpa-tolerance", type=float, default=e("hpa_tolerance"), help="the HPA's tolerance (0.1)")
-    parser.add_argument("--metrics-port", type=int, default=e("metrics_port"), help="Prometheus /metrics port (0: off)")
+    parser.add_argument(
+        "--metrics-port", type=int, default=e("metrics_port"), help="HTTP port for /metrics and /decisions (0: off)"
+    )
     parser.add_argument(
         "--prometheus-timeout-s",
         type=float,
@@ -110,7 +112,7 @@ def _static_pods(path: str):
 
 async def run(settings: ScalerSettings) -> int:
     """Serve until SIGTERM/SIGINT; returns the exit code."""
-    from tidegate.scaler import server
+    from tidegate.scaler import server, sideport
     from tidegate.scaler.metrics import DesiredReplicasMetric
     from tidegate.scaler.prometheus import PrometheusSignals
     from tidegate.scaler.service import BySource, Scaler
@@ -131,11 +133,13 @@ async def run(settings: ScalerSettings) -> int:
         pod_label=settings.prometheus_pod_label,
     )
     signals = BySource({"sidecar": sidecar, "prometheus": prometheus})
-    metric = DesiredReplicasMetric()
-    if settings.metrics_port:
-        metric.serve(settings.metrics_port)
+    metric, decisions = DesiredReplicasMetric(), sideport.DecisionLog()
+    side = await sideport.start(metric, decisions, "0.0.0.0", settings.metrics_port) if settings.metrics_port else None
     scaler = Scaler(
-        signals, min_refresh_s=settings.min_refresh_s, hpa_tolerance=settings.hpa_tolerance, hooks=(metric.record,)
+        signals,
+        min_refresh_s=settings.min_refresh_s,
+        hpa_tolerance=settings.hpa_tolerance,
+        hooks=(metric.record, decisions.record),
     )
     tls = server.TLSFiles(settings.tls_cert, settings.tls_key, settings.tls_client_ca) if settings.tls_cert else None
     grpc_server, port = await server.start(scaler, settings.listen, tls, settings.stream_interval_s)
@@ -149,4 +153,6 @@ async def run(settings: ScalerSettings) -> int:
     await stop.wait()
     await grpc_server.stop(grace=5)
     await scaler.close()
+    if side is not None:
+        await side.cleanup()
     return 0

@@ -7,14 +7,14 @@ the issue's ``{pool,reason}`` because two namespaces may hold pools of the same 
 ``tidegate_scaler_capacity_reject_rate{namespace,pool}``: capacity rejections / demand (0..1).
 """
 
-from prometheus_client import CollectorRegistry, Gauge, start_http_server
+from prometheus_client import CollectorRegistry, Gauge
 
 from tidegate.scaler.law import Decision
 from tidegate.scaler.metadata import Target
 
 
 class DesiredReplicasMetric:
-    """Records each decision; ``registry`` is private unless given (tests read it directly)."""
+    """Records each decision; ``registry`` is private unless given. Served by :mod:`tidegate.scaler.sideport`."""
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
@@ -41,7 +41,3 @@ class DesiredReplicasMetric:
         self.desired.labels(target.namespace, target.pool, decision.reason.value).set(decision.desired)
         if decision.capacity_reject_rate is not None:
             self.reject_rate.labels(target.namespace, target.pool).set(decision.capacity_reject_rate)
-
-    def serve(self, port: int, addr: str = "0.0.0.0") -> None:
-        """Serve ``/metrics`` on ``addr:port`` from a background thread."""
-        start_http_server(port, addr=addr, registry=self.registry)

@@ -1,4 +1,5 @@
-"""`tidegate scaler` as a process: serves on --listen, reads static pods, exports its metric, stops on SIGTERM."""
+"""`tidegate scaler` as a process: serves on --listen, reads static pods, exports its metric and
+last decision, stops on SIGTERM."""
 
 import asyncio
 import json
@@ -58,6 +59,12 @@ async def test_scaler_process_serves_and_stops_cleanly(tmp_path: pathlib.Path) -
                 lambda: urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5).read().decode()
             )
             assert 'tidegate_scaler_desired_replicas{namespace="ns",pool="small",reason="hold_warmup"} 1.0' in body
+            decision = await asyncio.to_thread(
+                lambda: json.load(
+                    urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/decisions/ns/small", timeout=5)
+                )
+            )
+            assert decision["text"] == "1 -> 1: holding: first sample" and decision["active"] is True
         finally:
             proc.send_signal(signal.SIGTERM)
             _, stderr = await asyncio.wait_for(proc.communicate(), 30)
