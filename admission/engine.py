@@ -28,19 +28,9 @@ Invariants (property-tested): reserved tokens in flight never exceed ``tokenBudg
 flight never exceed ``maxConcurrency``; every admitted ticket is released exactly once; a ticket
 that leaves the queue unserved gives back its tenant's tokens and concurrency.
 
-Drain model (for ``retry_after_s`` and deadline prediction): the mean duration ``d`` of recent
-successful requests (moving average, prior :attr:`EngineTuning.prior_duration_s`). Freeing ``D``
-tokens while ``I`` tokens are in flight takes about ``d/2 x D / I`` seconds (in-flight requests are
-on average half done; Little's law).
-
-Batch composition (``maxPrefillTokens``, off by default): prompt tokens of admitted requests whose
-first token has not been seen are capped; a longer prompt waits for the prefills in progress, then
-runs alone. Streams end their prefill at the first event; non-streamed requests after the prefill
-time predicted from the measured prefill speed.
-
-Adaptive budget (``adaptiveBudget``, off by default): the budget in force (:attr:`Engine.token_budget`)
-moves once per window with the p95 of backend TTFT / class SLO, within bounds; a request alone on
-the replica always runs, so shrinking never strands a request that fits the configured budget.
+Capacity, the drain model behind every ``retry_after_s`` and deadline prediction, batch
+composition (``maxPrefillTokens``), the adaptive budget and the shedding prediction live in
+:mod:`tidegate.admission.capacity`.
 
 Pure: the clock is injected, no I/O; the proxy, the simulator and the tests drive it.
 """
@@ -52,7 +42,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from tidegate.admission import cost as costs
-from tidegate.admission.breaker import Breaker, BreakerState, BreakerTuning, Completion
+from tidegate.admission.breaker import Breaker, BreakerState, Completion
+from tidegate.admission.capacity import Capacity, EngineTuning
 from tidegate.admission.fairqueue import FairQueue
 from tidegate.admission.gate import GateSignal
 from tidegate.admission.reasons import CAPACITY_REASONS, Outcome, Reason
@@ -60,32 +51,6 @@ from tidegate.admission.tenants import TenantBook, TenantState, burst_tokens
 from tidegate.admission.ticket import Ticket, TicketState, TicketStateError
 from tidegate.api.admission import AdmissionSpec, PriorityClass
 from tidegate.api.serving import ModelSpec
-
-ADAPT_MIN_SAMPLES = 20
-"""Fewer TTFT samples than this in a window: the adaptive budget does not move."""
-ADAPT_BUSY = 0.8
-"""The adaptive budget grows only if at least this share of it was in use during the window."""
-
-
-@dataclass(frozen=True, slots=True)
-class EngineTuning:
-    """Engine knobs not (yet) in the InferencePool API; defaults documented per field."""
-
-    breaker: BreakerTuning = field(default_factory=BreakerTuning)
-    frozen_after_s: float = 2.0
-    """A KV gauge unchanged this long while nothing is in flight is frozen, not pressure."""
-    prior_duration_s: float = 10.0
-    """Assumed request duration until a request has completed."""
-    prior_prefill_tokens_per_s: float = 5000.0
-    """Assumed prefill speed until streamed requests measured it; ends the prefill of non-streamed ones."""
-    prior_s_per_token: float = 0.02
-    """Assumed seconds per charged token (prompt + output) of one request until one has completed."""
-    shed_floor_s: float = 5.0
-    """In-flight shedding never aborts a request younger than this, whatever the prediction."""
-    duration_alpha: float = 0.1
-    """Weight of each new completed request in the mean duration."""
-    compact_every_s: float = 10.0
-    """How often idle tenant and flow state is forgotten."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,26 +105,14 @@ class Engine:
         self.queue = FairQueue()
         self.kv = GateSignal()
         self.gpu = GateSignal()
-        self.in_flight: dict[int, Ticket] = {}
-        self.in_flight_tokens = 0
-        self._class_tokens: Counter[str] = Counter()
-        self._class_requests: Counter[str] = Counter()
+        self.capacity = Capacity(admission, self.tuning, clock())
         self._deadlines: list[tuple[float, int, Ticket]] = []
         self._settled: list[Ticket] = []
         self._next_id = 0
-        self._mean_duration_s = self.tuning.prior_duration_s
-        self._s_per_token = self.tuning.prior_s_per_token
-        self._prefill_tokens_per_s = self.tuning.prior_prefill_tokens_per_s
-        self.prefilling_tokens = 0
         self._last_progress_s = clock()
-        self._busy_since_s = clock()
         self._last_generation_total: float | None = None
         self._compacted_at_s = clock()
         self._active_weight = 0.0
-        self._ttft_ratios: list[float] = []
-        self._peak_use = 0.0
-        self._adapted_at_s = clock()
-        self.token_budget = admission.token_budget
         self.breaker = Breaker(admission.circuit_breaker, self.tuning.breaker, clock)
         self.tenants = TenantBook(admission.tenancy)
         self.reconfigure(admission, model)
@@ -172,16 +125,8 @@ class Engine:
         self._classes: dict[str, tuple[int, PriorityClass]] = {
             c.name: (rank, c) for rank, c in enumerate(admission.priority_classes)
         }
+        self.capacity.configure(admission, self._classes)
         budget = admission.token_budget
-        adaptive = admission.adaptive_budget
-        previous = getattr(self, "admission_budget", None)
-        if adaptive.enabled and previous == budget:  # same base budget: keep what was learned
-            self.token_budget = round(
-                min(max(self.token_budget, budget * adaptive.min_ratio), budget * adaptive.max_ratio)
-            )
-        else:
-            self.token_budget = budget
-        self.admission_budget = budget
         reserved = sum(c.reserved_share for c in admission.priority_classes)
         # tokens a class may ever hold (configured budget): the budget less the other classes' reservations
         self._room = {c.name: budget - (reserved - c.reserved_share) * budget for c in admission.priority_classes}
@@ -204,9 +149,29 @@ class Engine:
     # ---- gauges -------------------------------------------------------------------------
 
     @property
+    def in_flight(self) -> dict[int, Ticket]:
+        """Admitted tickets not yet released, by id."""
+        return self.capacity.in_flight
+
+    @property
     def in_flight_requests(self) -> int:
         """Admitted requests not yet released."""
-        return len(self.in_flight)
+        return len(self.capacity.in_flight)
+
+    @property
+    def in_flight_tokens(self) -> int:
+        """Reserved tokens of the admitted requests."""
+        return self.capacity.tokens
+
+    @property
+    def token_budget(self) -> int:
+        """The token budget in force (``tokenBudget``, or the adaptive budget's current value)."""
+        return self.capacity.token_budget
+
+    @property
+    def prefilling_tokens(self) -> int:
+        """Prompt tokens of admitted requests whose first token has not been seen."""
+        return self.capacity.prefilling_tokens
 
     @property
     def breaker_state(self) -> BreakerState:
@@ -216,7 +181,7 @@ class Engine:
     @property
     def mean_duration_s(self) -> float:
         """Mean duration of recent successful requests (the drain model's ``d``)."""
-        return self._mean_duration_s
+        return self.capacity.mean_duration_s
 
     def take_settled(self) -> list[Ticket]:
         """Queued tickets that left the queue (admitted or refused) since the last call."""
@@ -280,14 +245,14 @@ class Engine:
             return self._reject(
                 ticket, Reason.TENANT_CONCURRENCY,
                 f"tenant {tenant!r} has {state.accepted} requests in progress (limit {policy.max_concurrency})",
-                self._mean_duration_s / 2,
+                self.capacity.mean_duration_s / 2,
             )  # fmt: skip
         cap = policy.max_in_flight_tokens
         if cap is not None and state.accepted_tokens + cost.reserved_tokens > cap:
             return self._reject(
                 ticket, Reason.TENANT_CONCURRENCY,
                 f"tenant {tenant!r} holds {state.accepted_tokens} tokens queued or in flight (limit {cap})",
-                self._mean_duration_s / 2,
+                self.capacity.mean_duration_s / 2,
             )  # fmt: skip
         rate_wait = state.rate_wait_s(cost.reserved_tokens, now)
         if rate_wait > 0:
@@ -301,7 +266,7 @@ class Engine:
             ticket.outcome = Outcome.ADMIT_DEMOTED
         else:
             ticket.outcome = Outcome.ADMIT
-        if self.queue.depth == 0 and not ticket.demoted and self._fits(ticket)[0]:
+        if self.queue.depth == 0 and not ticket.demoted and self.capacity.fits(ticket)[0]:
             self._accept(ticket, state, now)
             self.queue.tag(ticket, weight)
             self.queue.served(ticket)
@@ -312,17 +277,17 @@ class Engine:
     def _enqueue(self, ticket: Ticket, state: TenantState, weight: float, now: float) -> Ticket:
         max_depth = self.admission.queue.max_depth
         if max_depth == 0:
-            if ticket.demoted and self._fits(ticket)[0]:
+            if ticket.demoted and self.capacity.fits(ticket)[0]:
                 self._accept(ticket, state, now)
                 self.queue.tag(ticket, weight)
                 self.queue.served(ticket)
                 self._admit(ticket, now)
                 return ticket
-            reason = Reason.CONCURRENCY if self._lacks_concurrency(ticket) else Reason.TOKEN_BUDGET
-            return self._reject(ticket, reason, "replica at capacity", self._wait_s(ticket, 0, 0))
+            reason = Reason.CONCURRENCY if self.capacity.lacks_concurrency(ticket) else Reason.TOKEN_BUDGET
+            return self._reject(ticket, reason, "replica at capacity", self.capacity.wait_s(ticket, 0, 0))
         finish = self.queue.peek_finish(ticket.tenant, ticket.priority, ticket.reserved_tokens, weight)
         ahead_tokens, ahead_requests = self.queue.ahead_of(ticket.demoted, finish)
-        wait = self._wait_s(ticket, ahead_tokens, ahead_requests)
+        wait = self.capacity.wait_s(ticket, ahead_tokens, ahead_requests)
         if now + wait > ticket.deadline_s:
             return self._reject(
                 ticket, Reason.SLO_UNREACHABLE,
@@ -332,7 +297,10 @@ class Engine:
             victim = self.queue.lowest_priority()
             if victim is None or victim.rank <= ticket.rank:
                 return self._reject(
-                    ticket, Reason.QUEUE_FULL, "admission queue full", self._wait_s(ticket, *self._queue_totals())
+                    ticket,
+                    Reason.QUEUE_FULL,
+                    "admission queue full",
+                    self.capacity.wait_s(ticket, *self._queue_totals()),
                 )
             self._leave_queue(victim)
             self.counters.displaced_total += 1
@@ -340,7 +308,7 @@ class Engine:
                 victim,
                 Reason.QUEUE_FULL,
                 "displaced by a higher-priority request",
-                self._wait_s(victim, *self._queue_totals()),
+                self.capacity.wait_s(victim, *self._queue_totals()),
             )
             self._settled.append(victim)
         self._accept(ticket, state, now)
@@ -366,14 +334,10 @@ class Engine:
         reported them (``usage_reported``, default: whether ``used_tokens`` is given) or as the
         proxy counted them; ``None`` or 0 charges the reservation, never zero. Raises
         :class:`TicketStateError` unless the ticket is ADMITTED (so a double release is caught)."""
-        if ticket.state is not TicketState.ADMITTED or self.in_flight.pop(ticket.id, None) is None:
+        if ticket.state is not TicketState.ADMITTED or not self.capacity.free(ticket):
             raise TicketStateError(f"ticket {ticket.id} is {ticket.state.value}, not admitted: cannot release")
         now = self.clock()
-        self._end_prefill(ticket)
         ticket.state, ticket.released_at_s = TicketState.RELEASED, now
-        self.in_flight_tokens -= ticket.reserved_tokens
-        self._class_tokens[ticket.priority] -= ticket.reserved_tokens
-        self._class_requests[ticket.priority] -= 1
         charged = used_tokens if used_tokens is not None and used_tokens > 0 else ticket.reserved_tokens
         if not (used_tokens is not None if usage_reported is None else usage_reported):
             self.counters.usage_missing_total += 1
@@ -385,16 +349,12 @@ class Engine:
         state.give_back(ticket.reserved_tokens - charged, now)
         self._unaccept(ticket, state)
         self.breaker.record(completion, ttft_s, ticket.probe_epoch)
-        if ttft_s is not None and self.admission.adaptive_budget.enabled and len(self._ttft_ratios) < 100_000:
-            klass = self._classes.get(ticket.priority)
-            if klass is not None:
-                self._ttft_ratios.append(ttft_s / (klass[1].ttft_slo_ms / 1000.0))
         if completion is Completion.SUCCESS:
             self._last_progress_s = now
-            duration = now - (ticket.admitted_at_s or now)
-            self._mean_duration_s += self.tuning.duration_alpha * (duration - self._mean_duration_s)
-            per_token = duration / max(1, charged)
-            self._s_per_token += self.tuning.duration_alpha * (per_token - self._s_per_token)
+            started = ticket.admitted_at_s if ticket.admitted_at_s is not None else now
+            self.capacity.learn(ticket, now - started, charged, ttft_s)
+        else:
+            self.capacity.learn_ttft(ticket, ttft_s)
         self.dispatch()
 
     def cancel(self, ticket: Ticket) -> bool:
@@ -417,7 +377,7 @@ class Engine:
         while progress and self.queue.depth:
             progress = False
             for ticket in self.queue.candidates(self._still_demoted):
-                fits, blocked_by_total = self._fits(ticket)
+                fits, blocked_by_total = self.capacity.fits(ticket)
                 if fits:
                     self.queue.pop(ticket)
                     self._admit(ticket, now)
@@ -438,7 +398,7 @@ class Engine:
             if ticket.state is TicketState.QUEUED:
                 self._leave_queue(ticket)
                 self._reject(ticket, Reason.QUEUE_TIMEOUT, "waited too long in the admission queue",
-                             self._wait_s(ticket, *self._queue_totals()))  # fmt: skip
+                             self.capacity.wait_s(ticket, *self._queue_totals()))  # fmt: skip
                 self._settled.append(ticket)
                 expired.append(ticket)
         return expired
@@ -448,15 +408,15 @@ class Engine:
         forgetting idle tenants. Returns the tickets settled since the last call."""
         now = self.clock()
         self.expire()
-        self.breaker.check_stall(self.in_flight_requests, max(self._last_progress_s, self._busy_since_s))
+        self.breaker.check_stall(self.in_flight_requests, max(self._last_progress_s, self.capacity.busy_since_s))
         if self.breaker.state is BreakerState.OPEN and self.queue.depth:
             for ticket in list(self.queue.queued()):
                 self._leave_queue(ticket)
                 self._reject(ticket, Reason.CIRCUIT_OPEN, "the model server is degraded; circuit open",
                              self.breaker.retry_after_s() or 1.0)  # fmt: skip
                 self._settled.append(ticket)
-        self._adapt_budget(now)
-        self._end_estimated_prefills(now)
+        self.capacity.adapt(now)
+        self.capacity.end_estimated_prefills(now)
         self.dispatch()
         if now - self._compacted_at_s >= self.tuning.compact_every_s:
             self._compacted_at_s = now
@@ -464,66 +424,18 @@ class Engine:
             self.queue.compact()
         return self.take_settled()
 
-    def _adapt_budget(self, now: float) -> None:
-        """One move of the adaptive budget per window (see ``AdaptiveBudgetSpec``)."""
-        spec = self.admission.adaptive_budget
-        if not spec.enabled or now - self._adapted_at_s < spec.window_seconds:
-            return
-        ratios, peak = self._ttft_ratios, self._peak_use
-        self._ttft_ratios, self._peak_use, self._adapted_at_s = [], self.in_flight_tokens / self.token_budget, now
-        if len(ratios) < ADAPT_MIN_SAMPLES:
-            return
-        ratios.sort()
-        p95 = ratios[min(len(ratios) - 1, math.ceil(0.95 * len(ratios)) - 1)]
-        base = self.admission.token_budget
-        if p95 > 1.0:
-            self.token_budget = max(round(base * spec.min_ratio), round(self.token_budget * (1 - spec.step)))
-        elif p95 < spec.grow_below and peak >= ADAPT_BUSY:
-            self.token_budget = min(round(base * spec.max_ratio), round(self.token_budget * (1 + spec.step)))
-
     def first_token(self, ticket: Ticket, ttft_s: float | None = None) -> None:
-        """The backend produced ``ticket``'s first token: its prefill is over (``ttft_s`` teaches the
-        prefill speed used for requests whose first token is not seen, i.e. non-streamed ones)."""
-        if ticket.prefilling and ttft_s is not None and ttft_s > 0 and ticket.cost.prompt_tokens >= 64:
-            speed = ticket.cost.prompt_tokens / ttft_s
-            self._prefill_tokens_per_s += self.tuning.duration_alpha * (speed - self._prefill_tokens_per_s)
-        if self._end_prefill(ticket):
+        """The backend produced ``ticket``'s first token: its prefill is over (batch composition)."""
+        if self.capacity.first_token(ticket, ttft_s):
             self.dispatch()
 
-    def _end_prefill(self, ticket: Ticket) -> bool:
-        if not ticket.prefilling:
-            return False
-        ticket.prefilling = False
-        self.prefilling_tokens -= ticket.cost.prompt_tokens
-        return True
-
-    def _end_estimated_prefills(self, now: float) -> None:
-        """Non-streamed requests never show a first token: end their prefill after the predicted time."""
-        if self.admission.max_prefill_tokens is None or not self.prefilling_tokens:
-            return
-        speed = self._prefill_tokens_per_s
-        for ticket in self.in_flight.values():
-            if (
-                ticket.prefilling
-                and not ticket.cost.stream
-                and now - (ticket.admitted_at_s or now) >= ticket.cost.prompt_tokens / speed
-            ):
-                self._end_prefill(ticket)
-
     def predicted_duration_s(self, ticket: Ticket) -> float:
-        """How long ``ticket`` should run: its reserved tokens x the measured seconds per token."""
-        return ticket.reserved_tokens * self._s_per_token
+        """How long ``ticket`` should run (drain model; see :mod:`tidegate.admission.capacity`)."""
+        return self.capacity.predicted_duration_s(ticket)
 
     def overdue(self) -> list[Ticket]:
-        """In-flight requests running past ``shedAfterMultiple`` x their predicted time (off: [])."""
-        multiple = self.admission.shed_after_multiple
-        if multiple is None:
-            return []
-        now, floor = self.clock(), self.tuning.shed_floor_s
-        return [
-            t for t in self.in_flight.values()
-            if now - (t.admitted_at_s or now) > max(floor, multiple * self.predicted_duration_s(t))
-        ]  # fmt: skip
+        """In-flight requests running past ``shedAfterMultiple`` x their prediction (off: [])."""
+        return self.capacity.overdue(self.clock())
 
     def note_progress(self) -> None:
         """The backend produced tokens (a streamed chunk, a response): it is not stalled."""
@@ -598,18 +510,9 @@ class Engine:
             ticket.probe_epoch = None
 
     def _admit(self, ticket: Ticket, now: float) -> None:
-        if not self.in_flight:
-            self._busy_since_s = now
         ticket.state, ticket.admitted_at_s = TicketState.ADMITTED, now
-        if ticket.cost.prompt_tokens > 0:
-            ticket.prefilling = True
-            self.prefilling_tokens += ticket.cost.prompt_tokens
-        self.in_flight[ticket.id] = ticket
-        self.in_flight_tokens += ticket.reserved_tokens
-        self._peak_use = max(self._peak_use, self.in_flight_tokens / self.token_budget)
+        self.capacity.hold(ticket, now)
         self.tenants.state(ticket.tenant, now).running_tokens += ticket.reserved_tokens
-        self._class_tokens[ticket.priority] += ticket.reserved_tokens
-        self._class_requests[ticket.priority] += 1
         self.counters.admitted_total += 1
         self.counters.admitted_tokens_total += ticket.reserved_tokens
         counts = self._tenant_counts(ticket.tenant)
@@ -618,34 +521,6 @@ class Engine:
         if ticket.demoted:
             self.counters.admitted_demoted_total += 1
             counts.demoted += 1
-
-    def _reserved_for_others(self, name: str) -> tuple[float, float]:
-        """Unused reservations of the other classes: (tokens, requests)."""
-        tokens = requests = 0.0
-        for other, (_, klass) in self._classes.items():
-            if other != name and klass.reserved_share > 0:
-                tokens += max(0.0, klass.reserved_share * self.token_budget - self._class_tokens[other])
-                reserved_requests = math.floor(klass.reserved_share * self.admission.max_concurrency)
-                requests += max(0, reserved_requests - self._class_requests[other])
-        return tokens, requests
-
-    def _fits(self, ticket: Ticket) -> tuple[bool, bool]:
-        """(fits now, blocked by total capacity rather than by another class's reservation)."""
-        free_tokens = self.token_budget - self.in_flight_tokens
-        free_requests = self.admission.max_concurrency - len(self.in_flight)
-        if not self.in_flight and free_requests >= 1:
-            return True, False  # alone it always runs, even over an adapted-down budget
-        cap = self.admission.max_prefill_tokens
-        if cap is not None and self.prefilling_tokens and self.prefilling_tokens + ticket.cost.prompt_tokens > cap:
-            return False, True  # wait for the prefills in progress (a long prompt then runs alone)
-        if ticket.reserved_tokens > free_tokens or free_requests < 1:
-            return False, True
-        tokens, requests = self._reserved_for_others(ticket.priority)
-        return ticket.reserved_tokens <= free_tokens - tokens and free_requests - requests >= 1, False
-
-    def _lacks_concurrency(self, ticket: Ticket) -> bool:
-        _, requests = self._reserved_for_others(ticket.priority)
-        return self.admission.max_concurrency - len(self.in_flight) - requests < 1
 
     def _over_fair_share(self, tenant: str, tokens: int, weight: float) -> bool:
         """Would ``tokens`` accepted put the tenant over ``borrowingCap`` x its fair share?"""
@@ -665,21 +540,6 @@ class Engine:
 
     def _queue_totals(self) -> tuple[int, int]:
         return self.queue.tokens, self.queue.depth
-
-    def _wait_s(self, ticket: Ticket, ahead_tokens: int, ahead_requests: int) -> float:
-        """Predicted seconds until ``ticket`` could start behind ``ahead_*`` (drain model)."""
-        reserved_tokens, reserved_requests = self._reserved_for_others(ticket.priority)
-        free_tokens = self.token_budget - self.in_flight_tokens - reserved_tokens
-        free_requests = self.admission.max_concurrency - len(self.in_flight) - reserved_requests
-        token_deficit = ahead_tokens + ticket.reserved_tokens - free_tokens
-        request_deficit = ahead_requests + 1 - free_requests
-        residual = self._mean_duration_s / 2
-        wait = 0.0
-        if token_deficit > 0:
-            wait = residual * token_deficit / max(self.in_flight_tokens, 1)
-        if request_deficit > 0:
-            wait = max(wait, residual * request_deficit / max(len(self.in_flight), 1))
-        return wait
 
     def _gate_reason(self, now: float) -> Reason | None:
         if self.kv.value is None and self.gpu.value is None:
@@ -702,4 +562,4 @@ class Engine:
         usage, resume = self.kv.value, self.admission.kv_cache.resume
         if not self.in_flight or usage is None or usage <= 0:
             return max(1.0, 2 * self.admission.telemetry.poll_interval_ms / 1000.0)
-        return self._mean_duration_s / 2 * max(0.0, usage - resume) / usage
+        return self.capacity.mean_duration_s / 2 * max(0.0, usage - resume) / usage

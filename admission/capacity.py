@@ -1,0 +1,240 @@
+"""Replica capacity: what is held, what fits now, and how long until room frees up.
+
+State: the admitted (in-flight) tickets, their reserved tokens in total and per priority class,
+and the prompt tokens still in prefill. Rules, applied by :meth:`Capacity.fits`:
+
+- reserved tokens <= the budget in force and requests <= ``maxConcurrency``;
+- class ``c`` may use the budget less the *unused* reservations of the other classes
+  (``reservedShare`` x budget tokens and x concurrency slots each);
+- batch composition (``maxPrefillTokens``): prompt tokens in prefill at once are capped; a longer
+  prompt waits for the prefills in progress to end, then runs alone;
+- a request alone on the replica always runs (it passed the never-fits checks against the
+  configured budget), so an adapted-down budget never strands it.
+
+Drain model (for ``retry_after_s``, deadline prediction and shedding), learned from completions:
+``d``, the mean duration of successful requests (prior :attr:`EngineTuning.prior_duration_s`);
+freeing ``D`` tokens while ``I`` are in flight takes about ``d/2 x D / I`` seconds (in-flight
+requests are on average half done; Little's law). A request's predicted duration is its reserved
+tokens x the measured seconds per charged token. Prefill speed is learned from streamed requests'
+TTFT and ends the (unobservable) prefill of non-streamed ones.
+
+Adaptive budget (``adaptiveBudget``, off by default): once per window the budget in force moves
+with the p95 of backend TTFT / class SLO, within ``minRatio`` .. ``maxRatio`` x ``tokenBudget``.
+
+Pure: times are passed in.
+"""
+
+import math
+from collections import Counter
+from dataclasses import dataclass, field
+
+from tidegate.admission.breaker import BreakerTuning
+from tidegate.admission.ticket import Ticket
+from tidegate.api.admission import AdmissionSpec, PriorityClass
+
+ADAPT_MIN_SAMPLES = 20
+"""Fewer TTFT samples than this in a window: the adaptive budget does not move."""
+ADAPT_BUSY = 0.8
+"""The adaptive budget grows only if at least this share of it was in use during the window."""
+
+
+@dataclass(frozen=True, slots=True)
+class EngineTuning:
+    """Engine knobs not (yet) in the InferencePool API; defaults documented per field."""
+
+    breaker: BreakerTuning = field(default_factory=BreakerTuning)
+    frozen_after_s: float = 2.0
+    """A KV gauge unchanged this long while nothing is in flight is frozen, not pressure."""
+    prior_duration_s: float = 10.0
+    """Assumed request duration until a request has completed."""
+    prior_prefill_tokens_per_s: float = 5000.0
+    """Assumed prefill speed until streamed requests measured it; ends the prefill of non-streamed ones."""
+    prior_s_per_token: float = 0.02
+    """Assumed seconds per charged token (prompt + output) of one request until one has completed."""
+    shed_floor_s: float = 5.0
+    """In-flight shedding never aborts a request younger than this, whatever the prediction."""
+    duration_alpha: float = 0.1
+    """Weight of each new completed request in the moving averages of the drain model."""
+    compact_every_s: float = 10.0
+    """How often idle tenant and flow state is forgotten."""
+
+
+class Capacity:
+    """One replica's held capacity and drain model (see the module docstring)."""
+
+    def __init__(self, admission: AdmissionSpec, tuning: EngineTuning, now: float) -> None:
+        self.tuning = tuning
+        self.in_flight: dict[int, Ticket] = {}
+        self.tokens = 0
+        self.prefilling_tokens = 0
+        self.busy_since_s = now
+        self.mean_duration_s = tuning.prior_duration_s
+        self._class_tokens: Counter[str] = Counter()
+        self._class_requests: Counter[str] = Counter()
+        self._s_per_token = tuning.prior_s_per_token
+        self._prefill_tokens_per_s = tuning.prior_prefill_tokens_per_s
+        self._ttft_ratios: list[float] = []
+        self._peak_use = 0.0
+        self._adapted_at_s = now
+        self.token_budget = admission.token_budget
+        self._base_budget: int | None = None
+        self.configure(admission, {})
+
+    def configure(self, admission: AdmissionSpec, classes: dict[str, tuple[int, PriorityClass]]) -> None:
+        """New settings; an adapted budget is kept (clamped) while ``tokenBudget`` is unchanged."""
+        self.admission, self._classes = admission, classes
+        budget, adaptive = admission.token_budget, admission.adaptive_budget
+        if adaptive.enabled and self._base_budget == budget:
+            low, high = budget * adaptive.min_ratio, budget * adaptive.max_ratio
+            self.token_budget = round(min(max(self.token_budget, low), high))
+        else:
+            self.token_budget = budget
+        self._base_budget = budget
+
+    # ---- holding ------------------------------------------------------------------------------
+
+    def hold(self, ticket: Ticket, now: float) -> None:
+        """``ticket`` was admitted: hold its tokens, slot and prefill."""
+        if not self.in_flight:
+            self.busy_since_s = now
+        if ticket.cost.prompt_tokens > 0:
+            ticket.prefilling = True
+            self.prefilling_tokens += ticket.cost.prompt_tokens
+        self.in_flight[ticket.id] = ticket
+        self.tokens += ticket.reserved_tokens
+        self._peak_use = max(self._peak_use, self.tokens / self.token_budget)
+        self._class_tokens[ticket.priority] += ticket.reserved_tokens
+        self._class_requests[ticket.priority] += 1
+
+    def free(self, ticket: Ticket) -> bool:
+        """``ticket`` ended: give back what it held. False if it was not held."""
+        if self.in_flight.pop(ticket.id, None) is None:
+            return False
+        self.end_prefill(ticket)
+        self.tokens -= ticket.reserved_tokens
+        self._class_tokens[ticket.priority] -= ticket.reserved_tokens
+        self._class_requests[ticket.priority] -= 1
+        return True
+
+    def end_prefill(self, ticket: Ticket) -> bool:
+        """``ticket``'s prefill is over; True if it was in prefill."""
+        if not ticket.prefilling:
+            return False
+        ticket.prefilling = False
+        self.prefilling_tokens -= ticket.cost.prompt_tokens
+        return True
+
+    # ---- what fits ------------------------------------------------------------------------------
+
+    def reserved_for_others(self, name: str) -> tuple[float, float]:
+        """Unused reservations of the classes other than ``name``: (tokens, requests)."""
+        tokens = requests = 0.0
+        for other, (_, klass) in self._classes.items():
+            if other != name and klass.reserved_share > 0:
+                tokens += max(0.0, klass.reserved_share * self.token_budget - self._class_tokens[other])
+                reserved_requests = math.floor(klass.reserved_share * self.admission.max_concurrency)
+                requests += max(0, reserved_requests - self._class_requests[other])
+        return tokens, requests
+
+    def fits(self, ticket: Ticket) -> tuple[bool, bool]:
+        """(fits now, blocked by total capacity rather than only by another class's reservation)."""
+        free_tokens = self.token_budget - self.tokens
+        free_requests = self.admission.max_concurrency - len(self.in_flight)
+        if not self.in_flight and free_requests >= 1:
+            return True, False
+        cap = self.admission.max_prefill_tokens
+        if cap is not None and self.prefilling_tokens and self.prefilling_tokens + ticket.cost.prompt_tokens > cap:
+            return False, True
+        if ticket.reserved_tokens > free_tokens or free_requests < 1:
+            return False, True
+        tokens, requests = self.reserved_for_others(ticket.priority)
+        return ticket.reserved_tokens <= free_tokens - tokens and free_requests - requests >= 1, False
+
+    def lacks_concurrency(self, ticket: Ticket) -> bool:
+        """Whether a slot (rather than tokens) is what ``ticket`` is missing."""
+        _, requests = self.reserved_for_others(ticket.priority)
+        return self.admission.max_concurrency - len(self.in_flight) - requests < 1
+
+    def wait_s(self, ticket: Ticket, ahead_tokens: int, ahead_requests: int) -> float:
+        """Predicted seconds until ``ticket`` could start behind ``ahead_*`` (drain model)."""
+        reserved_tokens, reserved_requests = self.reserved_for_others(ticket.priority)
+        free_tokens = self.token_budget - self.tokens - reserved_tokens
+        free_requests = self.admission.max_concurrency - len(self.in_flight) - reserved_requests
+        token_deficit = ahead_tokens + ticket.reserved_tokens - free_tokens
+        request_deficit = ahead_requests + 1 - free_requests
+        residual = self.mean_duration_s / 2
+        wait = 0.0
+        if token_deficit > 0:
+            wait = residual * token_deficit / max(self.tokens, 1)
+        if request_deficit > 0:
+            wait = max(wait, residual * request_deficit / max(len(self.in_flight), 1))
+        return wait
+
+    # ---- learning -------------------------------------------------------------------------------
+
+    def learn(self, ticket: Ticket, duration_s: float, charged_tokens: int, ttft_s: float | None) -> None:
+        """A successful completion teaches the drain model (and the adaptive budget its TTFT)."""
+        alpha = self.tuning.duration_alpha
+        self.mean_duration_s += alpha * (duration_s - self.mean_duration_s)
+        self._s_per_token += alpha * (duration_s / max(1, charged_tokens) - self._s_per_token)
+        self.learn_ttft(ticket, ttft_s)
+
+    def learn_ttft(self, ticket: Ticket, ttft_s: float | None) -> None:
+        """One backend TTFT sample for the adaptive budget (when enabled)."""
+        if ttft_s is None or not self.admission.adaptive_budget.enabled or len(self._ttft_ratios) >= 100_000:
+            return
+        klass = self._classes.get(ticket.priority)
+        if klass is not None:
+            self._ttft_ratios.append(ttft_s / (klass[1].ttft_slo_ms / 1000.0))
+
+    def first_token(self, ticket: Ticket, ttft_s: float | None) -> bool:
+        """``ticket``'s first token arrived: prefill over (teaches the prefill speed). True if it was in prefill."""
+        if ticket.prefilling and ttft_s is not None and ttft_s > 0 and ticket.cost.prompt_tokens >= 64:
+            speed = ticket.cost.prompt_tokens / ttft_s
+            self._prefill_tokens_per_s += self.tuning.duration_alpha * (speed - self._prefill_tokens_per_s)
+        return self.end_prefill(ticket)
+
+    def end_estimated_prefills(self, now: float) -> None:
+        """Non-streamed requests never show a first token: end their prefill after the predicted time."""
+        if self.admission.max_prefill_tokens is None or not self.prefilling_tokens:
+            return
+        speed = self._prefill_tokens_per_s
+        for ticket in self.in_flight.values():
+            started = ticket.admitted_at_s if ticket.admitted_at_s is not None else now
+            if ticket.prefilling and not ticket.cost.stream and now - started >= ticket.cost.prompt_tokens / speed:
+                self.end_prefill(ticket)
+
+    def adapt(self, now: float) -> None:
+        """One move of the adaptive budget per window (see ``AdaptiveBudgetSpec``)."""
+        spec = self.admission.adaptive_budget
+        if not spec.enabled or now - self._adapted_at_s < spec.window_seconds:
+            return
+        ratios, peak = self._ttft_ratios, self._peak_use
+        self._ttft_ratios, self._peak_use, self._adapted_at_s = [], self.tokens / self.token_budget, now
+        if len(ratios) < ADAPT_MIN_SAMPLES:
+            return
+        ratios.sort()
+        p95 = ratios[min(len(ratios) - 1, math.ceil(0.95 * len(ratios)) - 1)]
+        base = self.admission.token_budget
+        if p95 > 1.0:
+            self.token_budget = max(round(base * spec.min_ratio), round(self.token_budget * (1 - spec.step)))
+        elif p95 < spec.grow_below and peak >= ADAPT_BUSY:
+            self.token_budget = min(round(base * spec.max_ratio), round(self.token_budget * (1 + spec.step)))
+
+    # ---- shedding -------------------------------------------------------------------------------
+
+    def predicted_duration_s(self, ticket: Ticket) -> float:
+        """How long ``ticket`` should run: its reserved tokens x the measured seconds per token."""
+        return ticket.reserved_tokens * self._s_per_token
+
+    def overdue(self, now: float) -> list[Ticket]:
+        """In-flight requests running past ``shedAfterMultiple`` x their prediction (off: [])."""
+        multiple = self.admission.shed_after_multiple
+        if multiple is None:
+            return []
+        floor = self.tuning.shed_floor_s
+        return [
+            t for t in self.in_flight.values()
+            if now - (t.admitted_at_s if t.admitted_at_s is not None else now)
+            > max(floor, multiple * self.predicted_duration_s(t))
+        ]  # fmt: skip
