@@ -408,7 +408,7 @@ class Engine:
         forgetting idle tenants. Returns the tickets settled since the last call."""
         now = self.clock()
         self.expire()
-        self.breaker.check_stall(self.in_flight_requests, max(self._last_progress_s, self.capacity.busy_since_s))
+        self._check_stall()
         if self.breaker.state is BreakerState.OPEN and self.queue.depth:
             for ticket in list(self.queue.queued()):
                 self._leave_queue(ticket)
@@ -436,6 +436,17 @@ class Engine:
     def overdue(self) -> list[Ticket]:
         """In-flight requests running past ``shedAfterMultiple`` x their prediction (off: [])."""
         return self.capacity.overdue(self.clock())
+
+    def _check_stall(self) -> None:
+        """Trip the breaker on no token progress while requests are in flight. Progress is seen
+        through the backend's token counter when it has one (vLLM, llama.cpp); otherwise only
+        streamed requests can show it, so long non-streamed requests never count as a stall."""
+        if self._last_generation_total is not None:
+            watched, since = self.in_flight_requests, self.capacity.busy_since_s
+        else:
+            streams = [t.admitted_at_s or 0.0 for t in self.in_flight.values() if t.cost.stream]
+            watched, since = len(streams), min(streams, default=0.0)
+        self.breaker.check_stall(watched, max(self._last_progress_s, since))
 
     def note_progress(self) -> None:
         """The backend produced tokens (a streamed chunk, a response): it is not stalled."""

@@ -2,7 +2,13 @@
 
 import asyncio
 import itertools
+import json
 import statistics
+import time
+from collections.abc import AsyncIterator
+
+import pytest
+from aiohttp import web
 
 from tidegate.admission.ticket import TicketState
 
@@ -26,19 +32,47 @@ async def test_client_abort_mid_stream_releases_and_the_next_request_is_admitted
         assert ok.status == 200
 
 
-async def test_sse_gaps_are_preserved(start_sim, start_sidecar, http) -> None:
-    sim = await start_sim(decode_tokens_per_s=20)  # one event every 50 ms
-    sidecar = await start_sidecar(sim.url)
+async def _paced_upstream(request: web.Request) -> web.StreamResponse:
+    """An SSE upstream sending one event every 50 ms, each stamped with its send time."""
+    body = await request.json()
+    resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+    await resp.prepare(request)
+    for i in range(body.get("max_tokens", 40)):
+        event = {"choices": [{"index": 0, "delta": {"content": f" t{i}"}}], "sent": time.monotonic()}
+        await resp.write(b"data: " + json.dumps(event).encode() + b"\n\n")
+        await asyncio.sleep(0.05)
+    await resp.write(b"data: [DONE]\n\n")
+    return resp
+
+
+@pytest.fixture
+async def paced_upstream() -> AsyncIterator[str]:
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", _paced_upstream)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    host, port = runner.addresses[0][:2]
+    yield f"http://{host}:{port}"
+    await runner.cleanup()
+
+
+async def test_sse_gaps_are_preserved(paced_upstream, start_sidecar, http) -> None:
+    sidecar = await start_sidecar(paced_upstream, model={"engine": "openai"})
     async with http.post(sidecar.url + "/v1/chat/completions", json=chat(max_tokens=40, stream=True)) as resp:
         assert resp.headers["X-Accel-Buffering"] == "no"
         assert resp.headers["Cache-Control"] == "no-cache"
-        events = await sse_events(resp)
-    content = [t for t, e in events if isinstance(e, dict) and e["choices"] and e["choices"][0]["delta"].get("content")]
-    gaps_ms = [(b - a) * 1000 for a, b in itertools.pairwise(content[1:])]  # the first gap holds the TTFT
-    assert len(gaps_ms) >= 30
-    errors_ms = sorted(abs(g - 50.0) for g in gaps_ms)
+        events = [(t, e) for t, e in await sse_events(resp) if isinstance(e, dict)]
+    assert len(events) == 40  # one client event per upstream event: nothing coalesced
+    sent = [e["sent"] for _, e in events]
+    arrived = [t for t, _ in events]
+    upstream_gaps = [b - a for a, b in itertools.pairwise(sent)]
+    client_gaps = [b - a for a, b in itertools.pairwise(arrived)]
+    errors_ms = sorted(abs(c - u) * 1000 for c, u in zip(client_gaps, upstream_gaps, strict=True))
     p95 = errors_ms[int(0.95 * (len(errors_ms) - 1))]
-    assert p95 <= 10.0, f"gap error p95 {p95:.1f} ms (median gap {statistics.median(gaps_ms):.1f} ms)"
+    assert p95 <= 10.0, f"gap error p95 {p95:.1f} ms (median client gap {statistics.median(client_gaps) * 1000:.1f} ms)"
+    assert abs(statistics.median(client_gaps) - 0.050) < 0.010
 
 
 async def test_usage_chunk_is_hidden_unless_asked_and_charged(start_sim, start_sidecar, http) -> None:

@@ -200,6 +200,7 @@ def test_circuit_open_refuses_new_and_queued_requests() -> None:
 def test_stalled_backend_opens_the_breaker_and_drops_the_queue() -> None:
     clock = FakeClock()
     e = engine(clock, queue={"maxWaitMs": 600_000}, **ONE_CLASS)
+    e.observe_telemetry(Telemetry(generation_tokens_total=0.0))  # a backend with a token counter (vLLM)
     stuck = [e.submit("a", None, tokens(250)) for _ in range(4)]
     waiting = e.submit("b", None, tokens(10))
     clock.advance(29)
@@ -430,3 +431,20 @@ def test_non_streamed_prefills_end_after_the_predicted_prefill_time() -> None:
     e.release(first, Completion.SUCCESS)
     e.release(second, Completion.SUCCESS)
     assert e.prefilling_tokens == 0
+
+
+def test_long_non_streamed_requests_are_not_a_stall_without_a_backend_token_counter() -> None:
+    clock = FakeClock()
+    e = engine(clock, tokenBudget=100_000)
+    e.submit("a", None, tokens(2000))  # non-streamed, nothing to watch: an engine without metrics
+    clock.advance(120)
+    e.tick()
+    assert e.breaker_state is BreakerState.CLOSED
+    streamed = RequestCost(10, 100, 110, stream=True)
+    e.submit("b", None, streamed)  # a stream that never produces a chunk is a stall
+    clock.advance(29)
+    e.tick()
+    assert e.breaker_state is BreakerState.CLOSED
+    clock.advance(1.1)
+    e.tick()
+    assert e.breaker_state is BreakerState.OPEN
