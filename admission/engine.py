@@ -5,8 +5,7 @@ prediction which scans the bounded queue when it is not empty):
 
 1. class and never-fits checks: unknown class -> ``bad_request``; cost over the replica's
    budget (less the shares reserved for other classes), over the tenant's whole bucket or over its
-   ``maxInFlightTokens`` ->
-   ``request_too_large`` (final, no ``retry_after_s``);
+   ``maxInFlightTokens`` -> ``request_too_large`` (final, no ``retry_after_s``);
 2. circuit breaker -> ``circuit_open``;
 3. system gate (KV cache, GPU memory) -> ``kv_pressure`` / ``gpu_memory``;
 4. tenant policy: accepted requests >= ``maxConcurrency``, or accepted tokens over
@@ -16,7 +15,11 @@ prediction which scans the bounded queue when it is not empty):
    the deadline (``slo_unreachable``, at once) or the queue is full (a higher class displaces the
    lowest queued request, else ``queue_full``; with queueing disabled ``token_budget`` or
    ``concurrency``). A tenant over ``borrowingCap`` x its fair share of the budget while other
-   tenants are active is *demoted*: queued behind every normal request, admitted when room remains.
+   tenants are active is *demoted*: queued behind every normal request, admitted when room remains,
+   promoted back as soon as it is within its share again.
+
+Every step that refuses after the breaker let a half-open probe through records that probe as
+neutral, so the breaker's sample is never lost.
 
 Priority classes rank by their order in ``priorityClasses`` (first = highest). Class ``c`` may use
 the budget less the unused reservations of the other classes (tokens and concurrency alike).
@@ -25,8 +28,17 @@ behind it (no starvation of large requests), one blocked only by another class's
 that class through.
 
 Invariants (property-tested): reserved tokens in flight never exceed ``tokenBudget``, requests in
-flight never exceed ``maxConcurrency``; every admitted ticket is released exactly once; a ticket
-that leaves the queue unserved gives back its tenant's tokens and concurrency.
+flight never exceed ``maxConcurrency``; every admitted ticket is released exactly once (a second
+release raises :class:`~tidegate.admission.ticket.TicketStateError`); a ticket that leaves the
+queue unserved gives back its tenant's tokens and concurrency; under backlog tenants are served in
+proportion to their weights within the fair-queueing bound.
+
+API (one replica): :meth:`Engine.submit` -> ticket ADMITTED / QUEUED / REJECTED (reason,
+``retry_after_s``); :meth:`Engine.release` exactly once per admitted ticket; :meth:`Engine.cancel`
+for a client gone while queued; :meth:`Engine.take_settled` for queued tickets that were admitted
+or refused since (also by :meth:`Engine.dispatch`, :meth:`Engine.expire`, :meth:`Engine.tick`);
+:meth:`Engine.observe_telemetry`, :meth:`Engine.note_progress`, :meth:`Engine.first_token`;
+:attr:`Engine.counters` for the stats contract.
 
 Capacity, the drain model behind every ``retry_after_s`` and deadline prediction, batch
 composition (``maxPrefillTokens``), the adaptive budget and the shedding prediction live in
