@@ -1,7 +1,7 @@
 """The baseline policies tidegate is compared with: how pools are commonly run today.
 
 Each baseline routes requests straight to the model servers (no sidecar admission) and sizes the
-pool through the same HPA (:mod:`~.hpa`) with KEDA's polling cadence. Tunables come from the
+pool through the same HPA model (:mod:`~.hpa`, the HPA's default ``behavior``) at KEDA's polling cadence. Tunables come from the
 scenario's ``baselines`` mapping (defaults below). A baseline has no warm pool: a new replica
 needs a node and a model load, as with a plain Deployment.
 
@@ -31,7 +31,7 @@ needs a node and a model load, as with a plain Deployment.
 from typing import Any
 
 from tidegate.sim.simulate.cluster import Pod
-from tidegate.sim.simulate.hpa import MetricType
+from tidegate.sim.simulate.hpa import DEFAULT_BEHAVIOR, MetricType
 
 
 class Policy:
@@ -86,6 +86,10 @@ class Policy:
 
     def metric(self, sim: Any) -> tuple[float, float, MetricType]:
         raise NotImplementedError
+
+    def hpa_behavior(self, scenario: Any) -> dict[str, Any]:
+        """The HPA ``behavior`` of this policy's scale target: the HPA's defaults."""
+        return DEFAULT_BEHAVIOR
 
     def tick(self, sim: Any) -> None:
         """Periodic upkeep every 0.1 s (only when ``ticks``)."""

@@ -97,7 +97,7 @@ class Simulator:
         self.preemptions = 0
         scaling = scenario.scaling
         self.desired = scenario.cluster.initial_replicas
-        self.hpa = Hpa(scaling.min_replicas, scaling.max_replicas)
+        self.hpa = Hpa(scaling.min_replicas, scaling.max_replicas, policy.hpa_behavior(scenario))
         self.hpa.seed(0.0, self.desired)  # the run starts from a steady state, not a fresh HPA
         self.pool = Pool(
             scenario.cluster,

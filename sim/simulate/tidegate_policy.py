@@ -13,7 +13,9 @@ Adapter only; no decision logic of its own:
   pipeline: :class:`~tidegate.scaler.rates.SnapshotHistory` baselines ->
   :func:`tidegate.scaler.rates.observe` -> :func:`tidegate.scaler.law.decide` (``spec.scaling``),
   the same steps as ``tidegate.scaler.sidecar.SidecarSignals.observe`` without HTTP. The law's
-  ``metric_value`` goes to the HPA as an ``AverageValue`` metric with target 1;
+  ``metric_value`` goes to the HPA as an ``AverageValue`` metric with target 1, under the HPA
+  ``behavior`` the operator's own builder writes into the ScaledObject
+  (:func:`tidegate.operator.builders.scaled_object.scaled_object`);
 - the warm pool (``spec.warmPool.size``) is the operator's planner's (see :mod:`~.cluster`).
 """
 
@@ -25,6 +27,9 @@ from tidegate.admission.engine import Engine, Telemetry
 from tidegate.admission.stats import StatsSnapshot, TenantCounters
 from tidegate.admission.ticket import Ticket, TicketState
 from tidegate.api import constants
+from tidegate.api.pool import InferencePool
+from tidegate.operator import builders
+from tidegate.operator.settings import OperatorSettings
 from tidegate.scaler import law, rates
 from tidegate.scaler.pods import PodInfo
 from tidegate.sim.simulate.baselines import Policy
@@ -132,6 +137,23 @@ class Tidegate(Policy):
             self._settle(sim, pod, engine.tick())
 
     # ---- scaling -------------------------------------------------------------------------
+    def hpa_behavior(self, scenario: Any) -> dict[str, Any]:
+        """The HPA behaviour the operator writes into the pool's ScaledObject (the real builder)."""
+        pool = InferencePool.model_validate(
+            {
+                "metadata": {"name": "sim", "namespace": "sim"},
+                "spec": {
+                    "model": scenario.model.model_dump(by_alias=True),
+                    "server": {"image": "sim"},
+                    "admission": scenario.admission.model_dump(by_alias=True),
+                    "scaling": scenario.scaling.model_dump(by_alias=True),
+                    "warmPool": {"size": scenario.warm_pool},
+                },
+            }
+        )
+        manifest = builders.scaled_object(pool, OperatorSettings())
+        return manifest["spec"]["advanced"]["horizontalPodAutoscalerConfig"]["behavior"]
+
     def metric(self, sim: Any) -> tuple[float, float, MetricType]:
         now = sim.now
         pods, current = [], {}

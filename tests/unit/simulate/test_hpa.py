@@ -1,5 +1,6 @@
 """The HPA model: tolerance, stabilisation, rate limits (kubernetes.io HPA algorithm)."""
 
+from tidegate.sim.simulate import policies, scenario
 from tidegate.sim.simulate.hpa import Hpa, MetricType
 
 AV = MetricType.AVERAGE_VALUE
@@ -12,7 +13,7 @@ def test_within_tolerance_nothing_moves() -> None:
 
 
 def test_scale_down_waits_for_the_stabilisation_window() -> None:
-    hpa = Hpa(1, 20, scale_down_window_s=300)
+    hpa = Hpa(1, 20)
     hpa.seed(0, 8)
     assert hpa.sync(15, 2.0, 1.0, AV, 8) == 8
     assert hpa.sync(290, 2.0, 1.0, AV, 8) == 8
@@ -21,10 +22,21 @@ def test_scale_down_waits_for_the_stabilisation_window() -> None:
 
 def test_scale_up_is_rate_limited_per_period() -> None:
     hpa = Hpa(1, 100)
-    assert hpa.sync(0, 50.0, 1.0, AV, 2) == 6  # max(2 + 4, 2 x 2)
-    assert hpa.sync(15, 50.0, 1.0, AV, 6) == 12  # doubling
+    assert hpa.sync(0, 50.0, 1.0, AV, 2) == 6  # max(2 + 4 pods, 2 x 100%)
+    assert hpa.sync(10, 50.0, 1.0, AV, 6) == 6  # same 15 s period: nothing more
+    assert hpa.sync(15, 50.0, 1.0, AV, 6) == 12  # next period: doubling
 
 
 def test_utilization_scales_with_current_replicas() -> None:
     hpa = Hpa(1, 100)
     assert hpa.sync(0, 1.0, 0.8, MetricType.UTILIZATION, 4) == 5  # ceil(4 x 1.0 / 0.8)
+
+
+def test_tidegate_runs_under_the_behaviour_the_operator_writes() -> None:
+    sc = scenario.load("spike")
+    behavior = policies.make("tidegate").hpa_behavior(sc)
+    assert behavior["scaleDown"]["stabilizationWindowSeconds"] == 0  # the law holds the cooldown itself
+    hpa = Hpa(1, 20, behavior)
+    assert hpa.sync(0, 20.0, 1.0, AV, 4) == 4 + sc.scaling.max_scale_up_step
+    assert hpa.sync(15, 2.0, 1.0, AV, 8) == 7  # one pod per minute down
+    assert hpa.sync(30, 2.0, 1.0, AV, 7) == 7
