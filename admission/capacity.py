@@ -57,6 +57,8 @@ class EngineTuning:
     """Weight of each new completed request in the moving averages of the drain model."""
     compact_every_s: float = 10.0
     """How often idle tenant and flow state is forgotten."""
+    forget_tenant_after_s: float = 60.0
+    """An idle tenant's state (full bucket, nothing accepted) is kept this long after its last use."""
 
 
 class Capacity:

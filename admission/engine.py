@@ -432,7 +432,7 @@ class Engine:
         self.dispatch()
         if now - self._compacted_at_s >= self.tuning.compact_every_s:
             self._compacted_at_s = now
-            self.tenants.prune(now)
+            self.tenants.prune(now, self.tuning.forget_tenant_after_s)
             self.queue.compact()
         return self.take_settled()
 

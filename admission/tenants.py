@@ -9,8 +9,9 @@
   tenant is charged by usage. A request larger than the whole bucket can never pass: refused as
   ``request_too_large``, not ``tenant_rate``.
 
-Idle tenants (nothing accepted, bucket full) hold no state: :meth:`TenantBook.prune` drops them, so
-state is bounded by active tenants, not by every tenant ever seen.
+Idle tenants (nothing accepted, bucket full, unused for a while) hold no state:
+:meth:`TenantBook.prune` drops them, so state is bounded by recently active tenants, not by every
+tenant ever seen (keeping recent ones spares the churn of re-creating them on every request).
 
 Pure: times are passed in.
 """
@@ -38,6 +39,7 @@ class TenantState:
     running_tokens: int = 0
     bucket_tokens: float = float("inf")
     bucket_at_s: float = 0.0
+    used_at_s: float = 0.0
 
     def refill(self, now: float) -> float:
         """Bring the bucket up to ``now``; returns the tokens available."""
@@ -102,11 +104,13 @@ class TenantBook:
             policy = self.policy(tenant)
             state = TenantState(policy=policy, bucket_tokens=burst_tokens(policy), bucket_at_s=now)
             self.states[tenant] = state
+        state.used_at_s = now
         return state
 
-    def prune(self, now: float) -> int:
-        """Forget idle tenants; returns how many were dropped."""
-        idle = [name for name, state in self.states.items() if state.idle(now)]
+    def prune(self, now: float, unused_for_s: float = 0.0) -> int:
+        """Forget tenants idle and unused for ``unused_for_s``; returns how many were dropped."""
+        horizon = now - unused_for_s
+        idle = [name for name, state in self.states.items() if state.used_at_s <= horizon and state.idle(now)]
         for name in idle:
             del self.states[name]
         return len(idle)
