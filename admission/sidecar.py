@@ -300,8 +300,9 @@ class Sidecar:
             self._wake_settled()
             raise
 
-    def _wake_settled(self) -> None:
-        for ticket in self.engine.take_settled():
+    def _wake_settled(self, settled: list[Ticket] | None = None) -> None:
+        """Wake the handlers of queued tickets that were admitted or refused."""
+        for ticket in (settled or []) + self.engine.take_settled():
             future = self._waiters.pop(ticket.id, None)
             if future is not None and not future.done():
                 future.set_result(None)
@@ -396,8 +397,7 @@ class Sidecar:
         while True:
             await asyncio.sleep(self.settings.tick_s)
             try:
-                self.engine.tick()
-                self._wake_settled()
+                self._wake_settled(self.engine.tick())
                 self._shed_overdue()
                 if self.clock() >= next_reload:
                     next_reload = self.clock() + self.settings.reload_s
