@@ -25,7 +25,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--scenario", help="built-in scenario name or a YAML file")
-    p.add_argument("--policy", default="tidegate", help="tidegate | queue | http | gie | gpu (default: %(default)s)")
+    p.add_argument(
+        "--policy",
+        default="tidegate",
+        help="tidegate | queue | http | gie | gpu | tidegate-hpa300 (default: %(default)s)",
+    )
     p.add_argument("--all", action="store_true", help="run every built-in scenario under every policy")
     p.add_argument("--scenarios", help="with --all: comma-separated scenario names")
     p.add_argument("--policies", help="with --all: comma-separated policy names")

@@ -1,7 +1,7 @@
 """The policies a scenario can be run under, by name (``tidegate simulate --policy NAME``)."""
 
 from tidegate.sim.simulate import baselines
-from tidegate.sim.simulate.tidegate_policy import Tidegate
+from tidegate.sim.simulate.tidegate_policy import Tidegate, TidegateHpaWindow
 
 POLICIES: dict[str, type[baselines.Policy]] = {
     "tidegate": Tidegate,
@@ -10,6 +10,10 @@ POLICIES: dict[str, type[baselines.Policy]] = {
     "gie": baselines.GieShedding,
     "gpu": baselines.GpuUtilization,
 }
+"""The matrix: tidegate and the four baselines."""
+
+VARIANTS: dict[str, type[baselines.Policy]] = {"tidegate-hpa300": TidegateHpaWindow}
+"""Runnable by name, not in the default matrix."""
 
 
 class UnknownPolicy(ValueError):
@@ -18,7 +22,7 @@ class UnknownPolicy(ValueError):
 
 def make(name: str) -> baselines.Policy:
     """A fresh policy object by name; raises :class:`UnknownPolicy`."""
-    try:
-        return POLICIES[name]()
-    except KeyError:
-        raise UnknownPolicy(f"unknown policy {name!r} (known: {', '.join(POLICIES)})") from None
+    kind = POLICIES.get(name) or VARIANTS.get(name)
+    if kind is None:
+        raise UnknownPolicy(f"unknown policy {name!r} (known: {', '.join([*POLICIES, *VARIANTS])})")
+    return kind()

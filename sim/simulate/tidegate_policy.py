@@ -34,7 +34,7 @@ from tidegate.scaler import law, rates
 from tidegate.scaler.pods import PodInfo
 from tidegate.sim.simulate.baselines import Policy
 from tidegate.sim.simulate.cluster import Pod
-from tidegate.sim.simulate.hpa import MetricType
+from tidegate.sim.simulate.hpa import DEFAULT_BEHAVIOR, MetricType
 
 STALE_AFTER_S = 30.0
 """The scaler's default ``stale_after_s`` (``tidegate.scaler.sidecar``)."""
@@ -203,3 +203,13 @@ def snapshot(pod: Pod, now_s: float) -> StatsSnapshot:
         queue_depth=engine.queue.depth,
         kv_cache_usage=min(1.0, pod.replica.kv_usage) if pod.replica is not None else None,
     )
+
+
+class TidegateHpaWindow(Tidegate):
+    """Tidegate with the HPA's *default* behaviour (300 s scale-down stabilisation window) instead of
+    the operator's (no window, one pod a minute): shows what that window is worth (see the report)."""
+
+    name = "tidegate-hpa300"
+
+    def hpa_behavior(self, scenario: Any) -> dict[str, Any]:
+        return DEFAULT_BEHAVIOR
