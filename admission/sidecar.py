@@ -62,8 +62,10 @@ class BodyTooLarge(Exception):
 
 async def read_limited(request: web.Request, limit: int) -> bytes:
     """The request body, refusing (:class:`BodyTooLarge`) as soon as it passes ``limit`` bytes."""
-    if request.content_length is not None and request.content_length > limit:
-        raise BodyTooLarge
+    if request.content_length is not None:
+        if request.content_length > limit:
+            raise BodyTooLarge
+        return await request.read()  # the declared length is within the limit: one read
     parts, size = [], 0
     async for chunk in request.content.iter_any():
         size += len(chunk)
