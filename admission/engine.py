@@ -101,6 +101,9 @@ class Counters:
     tenants: dict[str, TenantCounts] = field(default_factory=dict)
 
 
+_NO_COST = costs.RequestCost(0, 0, 1)  # the cost of a ticket refused before its body was read
+
+
 class Engine:
     """Admission for one replica; see the module docstring. Times are seconds from ``clock``."""
 
@@ -206,8 +209,42 @@ class Engine:
         self, tenant: str, priority: str | None, reason: Reason, message: str, code: str | None = None
     ) -> Ticket:
         """Record a refusal decided before :meth:`submit` (bad body, unknown key, not active)."""
-        ticket = self._new_ticket(tenant, priority or self.admission.default_priority_class, costs.RequestCost(0, 0, 1))
+        ticket = self._new_ticket(tenant, priority or self.admission.default_priority_class, _NO_COST)
         return self._reject(ticket, reason, message, None, code=code)
+
+    def precheck(self, tenant: str, priority: str | None) -> Ticket | None:
+        """The refusals that need no request body (the fast no), or None to go on to :meth:`submit`.
+
+        Checked before the body is read and parsed, so a flood of refused requests costs little:
+        circuit open, system gate, the tenant at its concurrency cap, or its bucket empty (retry
+        when it holds its last request's cost again). A REJECTED ticket comes back, counted."""
+        now = self.clock()
+        if self.breaker.spec.enabled and self.breaker.state is BreakerState.OPEN:
+            ticket = self._new_ticket(tenant, priority or self.admission.default_priority_class, _NO_COST)
+            return self._reject(ticket, Reason.CIRCUIT_OPEN, "the model server is degraded; circuit open",
+                                self.breaker.retry_after_s() or 1.0)  # fmt: skip
+        gate = self._gate_reason(now)
+        if gate is not None:
+            ticket = self._new_ticket(tenant, priority or self.admission.default_priority_class, _NO_COST)
+            return self._reject(ticket, gate, f"backend under {gate.value.replace('_', ' ')}", self._gate_wait_s())
+        state = self.tenants.states.get(tenant)
+        if state is None:
+            return None
+        policy = state.policy
+        if policy.max_concurrency is not None and state.accepted >= policy.max_concurrency:
+            ticket = self._new_ticket(tenant, priority or self.admission.default_priority_class, _NO_COST)
+            return self._reject(
+                ticket, Reason.TENANT_CONCURRENCY,
+                f"tenant {tenant!r} has {state.accepted} requests in progress (limit {policy.max_concurrency})",
+                self.capacity.mean_duration_s / 2,
+            )  # fmt: skip
+        if policy.tokens_per_second is not None and state.rate_wait_s(1, now) > 0:
+            ticket = self._new_ticket(tenant, priority or self.admission.default_priority_class, _NO_COST)
+            return self._reject(
+                ticket, Reason.TENANT_RATE, f"tenant {tenant!r} is over {policy.tokens_per_second:g} tokens/s",
+                state.rate_wait_s(state.last_cost, now),
+            )  # fmt: skip
+        return None
 
     def submit(self, tenant: str, priority: str | None, cost: costs.RequestCost) -> Ticket:
         """Decide on one request: the ticket comes back ADMITTED, QUEUED or REJECTED."""
@@ -513,6 +550,7 @@ class Engine:
             self._active_weight += state.policy.weight
         state.accepted += 1
         state.accepted_tokens += ticket.reserved_tokens
+        state.last_cost = ticket.reserved_tokens
         state.take(ticket.reserved_tokens, now)
 
     def _unaccept(self, ticket: Ticket, state: TenantState) -> None:

@@ -197,6 +197,10 @@ class Sidecar:
             return self._refuse(
                 tenant, priority, Reason.NOT_ACTIVE, f"this replica is {why}; retry another", retry_s=1.0
             )
+        early = engine.precheck(tenant, priority)
+        if early is not None:  # the fast no: refused before the body is read or parsed
+            self.metrics.decision(early)
+            return self._rejection(early)
         try:
             raw = await read_limited(request, admission.max_request_bytes)
         except BodyTooLarge:

@@ -40,6 +40,7 @@ class TenantState:
     bucket_tokens: float = float("inf")
     bucket_at_s: float = 0.0
     used_at_s: float = 0.0
+    last_cost: int = 1  # reserved tokens of its last accepted request (a guess at the next one's cost)
 
     def refill(self, now: float) -> float:
         """Bring the bucket up to ``now``; returns the tokens available."""

@@ -448,3 +448,23 @@ def test_long_non_streamed_requests_are_not_a_stall_without_a_backend_token_coun
     clock.advance(1.1)
     e.tick()
     assert e.breaker_state is BreakerState.OPEN
+
+
+def test_precheck_refuses_without_a_body_what_no_body_could_change() -> None:
+    clock = FakeClock()
+    e = engine(clock, tenancy={"default": {"tokensPerSecond": 10, "burstTokens": 100, "maxConcurrency": 2}})
+    assert e.precheck("new", None) is None  # an unknown tenant: nothing to say before the body
+    t = e.submit("a", None, tokens(100))
+    e.release(t, Completion.SUCCESS)  # charged the reservation: bucket empty
+    early = e.precheck("a", None)
+    assert early is not None and early.reason is Reason.TENANT_RATE
+    assert early.retry_after_s == pytest.approx(10.0)  # refill time of its last request's cost
+    assert e.precheck("b", None) is None
+    held = [e.submit("b", None, tokens(10)) for _ in range(2)]
+    assert e.precheck("b", None).reason is Reason.TENANT_CONCURRENCY
+    for h in held:
+        e.release(h, Completion.SUCCESS, used_tokens=10)
+    e.breaker._open("test")
+    assert e.precheck("c", None).reason is Reason.CIRCUIT_OPEN
+    assert e.counters.rejected_total == {Reason.TENANT_RATE: 1, Reason.TENANT_CONCURRENCY: 1, Reason.CIRCUIT_OPEN: 1}
+    assert e.in_flight_requests == 0 and all(s.accepted == 0 for s in e.tenants.states.values())
