@@ -18,6 +18,10 @@ prediction which scans the bounded queue when it is not empty):
    tenants are active is *demoted*: queued behind every normal request, admitted when room remains,
    promoted back as soon as it is within its share again.
 
+:meth:`Engine.precheck` runs the refusals that need no body (circuit open, gate, tenant at its
+concurrency cap or out of tokens) before the proxy reads and parses the body: the fast no. So a
+tenant out of tokens gets ``tenant_rate`` even for a body that would be ``request_too_large``.
+
 Every step that refuses after the breaker let a half-open probe through records that probe as
 neutral, so the breaker's sample is never lost.
 
