@@ -1,0 +1,89 @@
+"""Did the run show what the demo claims? Each finding is checked against the recorded numbers.
+
+Pure. The claims (issue 7): capacity refusals during the spike make the scaler ask for more
+replicas; warm replicas serve within seconds of the scale write; capacity refusals fall once they
+do; the noisy tenant is refused by policy only and buys no replica. A finding that does not hold
+is printed as such (the demo reports what happened, it does not assert).
+"""
+
+from dataclasses import dataclass
+
+from tidegate.demo import scenario
+from tidegate.demo.timeline import CAPACITY, POLICY, Timeline
+
+
+@dataclass(frozen=True)
+class Finding:
+    ok: bool
+    text: str
+
+
+def _phase(s: scenario.DemoSettings, name: str) -> scenario.Phase:
+    return next(p for p in scenario.phases(s) if p.name == name)
+
+
+def _capacity_rate(timeline: Timeline, start_s: float, end_s: float) -> float:
+    """Capacity refusals / requests sent in ``[start_s, end_s)`` (0..1; 0 without requests)."""
+    sent = [o for o in timeline.outcomes if start_s <= o.t_s < end_s]
+    return sum(o.kind == CAPACITY for o in sent) / len(sent) if sent else 0.0
+
+
+def findings(s: scenario.DemoSettings, timeline: Timeline) -> list[Finding]:
+    """The demo's claims, each with the numbers behind it."""
+    spike, noisy = _phase(s, "spike"), _phase(s, "noisy")
+    out: list[Finding] = []
+    in_spike = timeline.phase_summary(spike.start_s, spike.end_s)
+    out.append(
+        Finding(in_spike.capacity_total > 0, f"spike: {in_spike.capacity_total} capacity refusals (503 + Retry-After)")
+    )
+    ups = [e for e in timeline.scale_events if e.after > e.before and e.t_s >= spike.start_s]
+    first_up = ups[0] if ups else None
+    peak = max((e.after for e in ups), default=s.replicas)
+    out.append(
+        Finding(
+            first_up is not None and "capacity reject" in first_up.text,
+            f"desired replicas rose {s.replicas} -> {peak}"
+            + (f", first at t={first_up.t_s:.0f} s: {first_up.text}" if first_up else ""),
+        )
+    )
+    warm = [p for p in timeline.promotions if p.kind == "warm"]
+    cold = [p for p in timeline.promotions if p.kind == "cold"]
+    out.append(
+        Finding(
+            bool(warm),
+            f"{len(warm)} warm replica(s) serving {max((p.seconds for p in warm), default=0):.1f} s after the scale write"
+            + (f"; {len(cold)} cold one(s) after {max(p.seconds for p in cold):.1f} s" if cold else ""),
+        )
+    )
+    mid = spike.start_s + (spike.end_s - spike.start_s) / 2
+    late = spike.end_s - (spike.end_s - spike.start_s) / 4
+    early_rate = _capacity_rate(timeline, spike.start_s, mid)
+    late_rate = _capacity_rate(timeline, late, spike.end_s)
+    out.append(
+        Finding(
+            late_rate < early_rate,
+            f"capacity refusals fell from {early_rate:.0%} (first half of the spike) to {late_rate:.0%} (its last quarter)",
+        )
+    )
+    noisy_out = [o for o in timeline.outcomes if noisy.start_s <= o.t_s < noisy.end_s]
+    loud = [o for o in noisy_out if o.tenant == scenario.NOISY]
+    loud_refused = [o for o in loud if o.kind in (CAPACITY, POLICY)]
+    reasons = sorted({o.reason for o in loud_refused})
+    others_capacity = sum(1 for o in noisy_out if o.tenant != scenario.NOISY and o.kind == CAPACITY)
+    out.append(
+        Finding(
+            bool(loud_refused) and all(o.kind == POLICY for o in loud_refused),
+            f"noisy tenant {scenario.NOISY!r}: {len(loud_refused)} of {len(loud)} refused, reasons {', '.join(reasons) or '-'}"
+            f"; other tenants' capacity refusals meanwhile: {others_capacity}",
+        )
+    )
+    noisy_ups = [e for e in timeline.scale_events if e.after > e.before and noisy.start_s <= e.t_s < noisy.end_s]
+    out.append(
+        Finding(
+            not noisy_ups,
+            "no scale-up during the noisy phase"
+            if not noisy_ups
+            else f"{len(noisy_ups)} scale-up(s) during the noisy phase: {noisy_ups[0].text}",
+        )
+    )
+    return out
