@@ -11,7 +11,7 @@ help:
 	@echo "make test          install everything and run lint + all test tiers (unit, component, cluster)"
 	@echo "make cluster-up    build (first time) and start the local control plane; prints KUBECONFIG"
 	@echo "make cluster-down  delete the local control plane"
-	@echo "make crd           regenerate crds/ from the pydantic models"
+	@echo "make crd           regenerate crds/ and the chart's generated files from the models"
 	@echo "make lint          ruff + import contracts"
 
 $(VENV)/.installed: pyproject.toml
@@ -27,8 +27,10 @@ lint: venv
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/lint-imports --no-cache
 
+# The CRD and the chart's generated files (CRD, ClusterRoles, dashboard) come from the models.
 crd: venv
 	$(VENV)/bin/tidegate crd -o crds/inferencepools.tidegate.dev.yaml
+	$(VENV)/bin/python -m tidegate.operator.chart_sync
 
 unit: venv
 	$(VENV)/bin/pytest -m unit

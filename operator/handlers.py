@@ -34,6 +34,7 @@ class _State:
     kube: Kube
     probe: ScalerProbe
     locks: defaultdict[tuple[str, str], threading.Lock] = defaultdict(threading.Lock)
+    dirty: set[tuple[str, str]] = set()
 
 
 STATE = _State()
@@ -63,27 +64,54 @@ def _startup(settings: kopf.OperatorSettings, **_: Any) -> None:
     log.info("tidegate operator starting: %s", STATE.settings)
 
 
-def _reconcile(obj: dict[str, Any]) -> dict[str, Any] | None:
-    key = (obj["metadata"]["namespace"], obj["metadata"]["name"])
-    with STATE.locks[key]:
+def _kick(namespace: str, name: str) -> None:
+    """Reconcile a pool now, coalescing triggers: while a reconcile of the pool runs, further
+    triggers only mark it dirty and the running one goes round once more. A burst of pod
+    events therefore costs one or two reconciles, and a /scale write never queues behind them.
+
+    Raises ``kopf.PermanentError`` for a spec the models refuse and ``kopf.TemporaryError`` on
+    API errors (kopf retries pool handlers; the resync timer covers event handlers).
+    """
+    key = (namespace, name)
+    STATE.dirty.add(key)
+    while key in STATE.dirty:
+        lock = STATE.locks[key]
+        if not lock.acquire(blocking=False):
+            return  # the holder sees the dirty mark and reconciles again
         try:
-            result = reconcile(STATE.kube, STATE.settings, obj, STATE.probe)
-        except pydantic.ValidationError as exc:
-            raise kopf.PermanentError(f"spec refused: {exc}") from exc
-        except kubernetes.client.ApiException as exc:
-            if exc.status == 404:
-                return None  # the pool went away mid-reconcile
-            raise kopf.TemporaryError(f"Kubernetes API {exc.status} {exc.reason}", delay=5) from exc
+            while key in STATE.dirty:
+                STATE.dirty.discard(key)
+                obj = STATE.kube.get_pool(namespace, name)
+                if obj is None or obj["metadata"].get("deletionTimestamp"):
+                    return
+                _reconcile_once(obj)
+        finally:
+            lock.release()
+
+
+def _reconcile_once(obj: dict[str, Any]) -> None:
+    key = (obj["metadata"]["namespace"], obj["metadata"]["name"])
+    try:
+        result = reconcile(STATE.kube, STATE.settings, obj, STATE.probe)
+    except pydantic.ValidationError as exc:
+        raise kopf.PermanentError(f"spec refused: {exc}") from exc
+    except kubernetes.client.ApiException as exc:
+        if exc.status == 404:
+            return  # the pool went away mid-reconcile
+        raise kopf.TemporaryError(f"Kubernetes API {exc.status} {exc.reason}", delay=5) from exc
     for message in result.events:
         log.info("%s/%s: %s", key[0], key[1], message)
-    return None
+    if result.requeue_after_s is not None:
+        timer = threading.Timer(result.requeue_after_s, _kick, args=key)
+        timer.daemon = True
+        timer.start()
 
 
 @kopf.on.create(GROUP, VERSION, PLURAL)
 @kopf.on.update(GROUP, VERSION, PLURAL, field="spec")
 @kopf.on.resume(GROUP, VERSION, PLURAL)
-def pool_changed(body: kopf.Body, **_: Any) -> None:
-    _reconcile(_fresh(body))
+def pool_changed(name: str, namespace: str, **_: Any) -> None:
+    _kick(namespace, name)
 
 
 # Decorators are evaluated at import, so the resync period is read from the environment here.
@@ -91,8 +119,8 @@ _RESYNC_S = OperatorSettings.from_env().resync_seconds
 
 
 @kopf.timer(GROUP, VERSION, PLURAL, interval=_RESYNC_S, initial_delay=min(5.0, _RESYNC_S), sharp=False)
-def resync(body: kopf.Body, **_: Any) -> None:
-    _reconcile(_fresh(body))
+def resync(name: str, namespace: str, **_: Any) -> None:
+    _kick(namespace, name)
 
 
 @kopf.on.delete(GROUP, VERSION, PLURAL)
@@ -107,25 +135,13 @@ def pool_deleted(body: kopf.Body, **_: Any) -> None:
             log.info("%s/%s: deleted NodePool %s", ns, pool_name, np_name)
 
 
-def _fresh(body: kopf.Body) -> dict[str, Any]:
-    """The pool as the API server has it now (kopf's body may be a batch behind)."""
-    meta = body["metadata"]
-    return STATE.kube.get_pool(meta["namespace"], meta["name"]) or dict(body)
-
-
-def _owner_pool(namespace: str, name: str) -> None:
-    obj = STATE.kube.get_pool(namespace, name)
-    if obj is not None and not obj["metadata"].get("deletionTimestamp"):
-        _reconcile(obj)
-
-
 @kopf.on.event("", "v1", "pods", labels={constants.LABEL_POOL: kopf.PRESENT})
-def pod_event(event: dict[str, Any], meta: kopf.Meta, namespace: str, **_: Any) -> None:
-    _owner_pool(namespace, meta["labels"][constants.LABEL_POOL])
+def pod_event(meta: kopf.Meta, namespace: str, **_: Any) -> None:
+    _kick(namespace, meta["labels"][constants.LABEL_POOL])
 
 
 @kopf.on.event("apps", "v1", "deployments", labels={"app.kubernetes.io/managed-by": "tidegate"})
 @kopf.on.event("", "v1", "services", labels={"app.kubernetes.io/managed-by": "tidegate"})
 @kopf.on.event("", "v1", "configmaps", labels={"app.kubernetes.io/managed-by": "tidegate"})
 def child_event(meta: kopf.Meta, namespace: str, **_: Any) -> None:
-    _owner_pool(namespace, meta["labels"][constants.LABEL_POOL])
+    _kick(namespace, meta["labels"][constants.LABEL_POOL])

@@ -3,8 +3,9 @@
 Level-triggered and idempotent: every call rebuilds every child from the spec and applies it
 (server-side apply makes an unchanged child a no-op), plans the warm pool from the pods as
 they are now, and writes status. A crash between any two steps leaves a state the next call
-converges from: children are applied before pods are relabelled, pods are relabelled before
-the Deployment is resized, and nothing is deleted that a later step would need.
+converges from. Pods are relabelled first (a promotion is the latency users wait on), then the
+children are applied, the Deployment last, so it is never shrunk before draining pods are
+marked (pod-deletion-cost then spares active ones); nothing is deleted that a later step needs.
 """
 
 import json
@@ -37,6 +38,7 @@ class Result:
     plan: warm_pool.Plan
     status: dict[str, Any]
     events: list[str]
+    requeue_after_s: float | None = None  # reconcile again this soon (pods still draining)
 
 
 def owner_reference(obj: dict[str, Any]) -> dict[str, Any]:
@@ -204,18 +206,13 @@ def reconcile(
     pool = InferencePool.model_validate(obj)
     ns, name = pool.metadata.namespace, pool.metadata.name
     owner = owner_reference(obj)
-    for manifest in (
-        builders.admission_config_map(pool),
-        builders.service(pool, settings),
-        builders.pod_disruption_budget(pool),
-    ):
-        kube.apply(adopt(manifest, owner))
-
     pods = kube.pool_pods(ns, name)
     drain_timeout = settings.drain_timeout_seconds or pool.spec.admission.request_timeout_seconds
+    # maxReplicas is the GPU budget: a hand `kubectl scale` above it is held at it and reported.
+    desired_active = min(pool.spec.replicas, pool.spec.scaling.max_replicas)
     plan = warm_pool.plan(
         (pod_view(p, settings.sidecar_port) for p in pods),
-        pool.spec.replicas,
+        desired_active,
         pool.spec.warm_pool.size,
         now_s,
         drain_timeout,
@@ -229,17 +226,28 @@ def reconcile(
         events.append(f"draining {len(plan.drain)} replica(s): {active_before} -> {plan.active} active")
     if plan.return_to_warm:
         events.append(f"{len(plan.return_to_warm)} drained replica(s) returned to the warm pool")
+    for manifest in (
+        builders.admission_config_map(pool),
+        builders.service(pool, settings),
+        builders.pod_disruption_budget(pool),
+    ):
+        kube.apply(adopt(manifest, owner))
     kube.apply(adopt(builders.deployment(pool, settings, plan.deployment_replicas), owner))
 
     keda_state, keda_message, reachable = _keda(kube, settings, pool, owner, probe)
     np_state, np_message = _node_pool(kube, pool)
     degraded = _gpu_pending(pods, now_s, settings.gpu_pending_seconds)
+    if desired_active < pool.spec.replicas:
+        degraded.append(
+            f"spec.replicas {pool.spec.replicas} is above scaling.maxReplicas {pool.spec.scaling.max_replicas}: "
+            f"serving {desired_active} (raise scaling.maxReplicas or scale down)"
+        )
     if keda_state is Integration.FAILED:
         degraded.append(keda_message)
 
     observed = conditions.Observed(
         generation=obj["metadata"].get("generation", 0),
-        desired_active=pool.spec.replicas,
+        desired_active=desired_active,
         warm_size=pool.spec.warm_pool.size,
         plan=plan,
         selector=names.selector_string(pool),
@@ -254,4 +262,7 @@ def reconcile(
     kube.patch_pool_status(ns, name, status)
     for message in events:
         kube.event(obj, "Scaled", message)
-    return Result(plan=plan, status=status, events=events)
+    # Draining pods end on a deadline or when their sidecar reports idle: nothing else will
+    # trigger a reconcile then, so ask for one (poll at least every second while draining).
+    requeue = min(1.0, drain_timeout) if plan.draining or plan.drain else None
+    return Result(plan=plan, status=status, events=events, requeue_after_s=requeue)

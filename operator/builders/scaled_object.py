@@ -24,15 +24,26 @@ METRIC_TYPE = "AverageValue"
 
 
 def trigger_metadata(pool: InferencePool, settings: OperatorSettings) -> dict[str, str]:
-    """The external trigger's metadata (KEDA passes it to every scaler RPC as ``scalerMetadata``)."""
+    """The external trigger's metadata (KEDA passes it to every scaler RPC as ``scalerMetadata``).
+
+    ``spec.scaling`` travels flattened (camelCase keys, string values; the format
+    ``tidegate.scaler.metadata`` parses), so any scaler replica answers any call without
+    reading the pool: GetMetricSpec stays static, as KEDA's fallback needs.
+    """
     scaling = pool.spec.scaling
     metadata = {
         "scalerAddress": settings.scaler_address,
         "pool": pool.metadata.name,
         "namespace": pool.metadata.namespace,
         "sidecarPort": str(settings.sidecar_port),
-        "signalSource": scaling.signal.source.value,
+        "minReplicas": str(scaling.min_replicas),
+        "maxReplicas": str(scaling.max_replicas),
+        "targetCapacityRejectRate": str(scaling.target_capacity_reject_rate),
+        "targetUtilization": str(scaling.target_utilization),
+        "maxScaleUpStep": str(scaling.max_scale_up_step),
+        "scaleDownCooldownSeconds": str(scaling.scale_down_cooldown_seconds),
         "windowSeconds": str(scaling.signal.window_seconds),
+        "source": scaling.signal.source.value,
     }
     if scaling.signal.prometheus_url:
         metadata["prometheusUrl"] = scaling.signal.prometheus_url
@@ -64,7 +75,9 @@ def scaled_object(pool: InferencePool, settings: OperatorSettings) -> dict[str, 
                         ],
                     },
                     "scaleDown": {
-                        "stabilizationWindowSeconds": scaling.scale_down_cooldown_seconds,
+                        # The scaling law already waits scaleDownCooldownSeconds of lower demand
+                        # before it asks for fewer; a second window here would double the wait.
+                        "stabilizationWindowSeconds": 0,
                         "selectPolicy": "Min",
                         "policies": [{"type": "Pods", "value": 1, "periodSeconds": 60}],
                     },

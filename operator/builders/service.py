@@ -25,8 +25,16 @@ def service(pool: InferencePool, settings: OperatorSettings) -> dict[str, Any]:
         "spec": {
             "type": "ClusterIP",
             "selector": {**names.selector_labels(pool), constants.LABEL_ROLE: constants.ROLE_ACTIVE},
+            # A number, not the port's name: the EndpointSlice controller resolves named ports
+            # only in regular containers, and the sidecar is a native (init) sidecar.
             "ports": [
-                {"name": "http", "port": 80, "targetPort": "admission", "protocol": "TCP", "appProtocol": "http"}
+                {
+                    "name": "http",
+                    "port": 80,
+                    "targetPort": settings.sidecar_port,
+                    "protocol": "TCP",
+                    "appProtocol": "http",
+                }
             ],
         },
     }

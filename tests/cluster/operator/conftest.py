@@ -91,13 +91,11 @@ def _service_account_kubeconfig(api_client, admin_kubeconfig: str, path: pathlib
     )
 
 
-@pytest.fixture(scope="session")
-def operator(cluster_env, api_client, scaler_health, tmp_path_factory) -> Iterator[dict[str, str]]:
-    """A running operator; yields its environment (settings the tests rely on)."""
-    workdir = tmp_path_factory.mktemp("operator")
+def operator_env(cluster_env, api_client, scaler_health, workdir: pathlib.Path) -> dict[str, str]:
+    """Environment of an operator process authenticated as its ServiceAccount."""
     kubeconfig = workdir / "kubeconfig"
     _service_account_kubeconfig(api_client, cluster_env["KUBECONFIG"], kubeconfig)
-    env = {
+    return {
         **os.environ,
         "KUBECONFIG": str(kubeconfig),
         "TIDEGATE_SCALER_ADDRESS": scaler_health.address,
@@ -107,19 +105,36 @@ def operator(cluster_env, api_client, scaler_health, tmp_path_factory) -> Iterat
         "TIDEGATE_GPU_PENDING_SECONDS": "2",
         "TIDEGATE_SIDECAR_IMAGE": "tidegate:test",
     }
-    log_path = workdir / "operator.log"
-    with log_path.open("w") as log:
-        proc = subprocess.Popen(
+
+
+def start_operator(env: dict[str, str], log_path: pathlib.Path) -> subprocess.Popen:
+    """Start ``tidegate operator`` (all namespaces), appending its output to ``log_path``."""
+    with log_path.open("a") as log:
+        return subprocess.Popen(
             [sys.executable, "-m", "tidegate.cli.main", "operator"], env=env, stdout=log, stderr=subprocess.STDOUT
         )
+
+
+def stop_operator(proc: subprocess.Popen) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.fixture(scope="module")
+def operator(cluster_env, api_client, scaler_health, tmp_path_factory) -> Iterator[dict[str, str]]:
+    """A running operator for one test module (modules that manage their own do not use this)."""
+    workdir = tmp_path_factory.mktemp("operator")
+    env = operator_env(cluster_env, api_client, scaler_health, workdir)
+    log_path = workdir / "operator.log"
+    proc = start_operator(env, log_path)
     try:
         yield env
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop_operator(proc)
         text = log_path.read_text()
         if "Traceback" in text:
             print(f"--- operator log ({log_path}) ---\n{text[-8000:]}")

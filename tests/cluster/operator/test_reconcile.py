@@ -292,3 +292,19 @@ def test_operator_service_account_cannot_read_secrets(kubectl) -> None:
     assert kubectl("auth", "can-i", "patch", "pods", "--as", sa, "-A").stdout.strip() == "yes"
     assert not any("secrets" in r["resources"] for r in RULES)
     assert json.dumps(RULES).count('"*"') == 0
+
+
+def test_scale_above_max_replicas_is_held_at_max_and_reported(api_client, kubectl, namespace: str) -> None:
+    _create(api_client, namespace, _pool("m", replicas=1, scaling={"maxReplicas": 2}, warmPool={"size": 1}))
+    _wait_roles(api_client, namespace, "m", active=1, warm=1)
+    kubectl("scale", "-n", namespace, "inferencepool", "m", "--replicas", "5")
+    _wait_roles(api_client, namespace, "m", active=2, warm=1)
+    pool = wait_for(
+        lambda: (
+            (p := _get_pool(api_client, namespace, "m"))
+            and (_condition(p, "Degraded") or {}).get("status") == "True"
+            and p
+        ),
+        what="Degraded=True",
+    )
+    assert "above scaling.maxReplicas 2: serving 2" in _condition(pool, "Degraded")["message"]

@@ -44,7 +44,7 @@ def test_new_pods_start_warm_and_the_selector_ignores_the_role() -> None:
 def test_service_selects_only_active_pods_through_the_sidecar_port() -> None:
     svc = builders.service(pool(), SETTINGS)
     assert svc["spec"]["selector"] == {"tidegate.dev/pool": "p", "tidegate.dev/role": "active"}
-    assert svc["spec"]["ports"][0]["targetPort"] == "admission"
+    assert svc["spec"]["ports"][0]["targetPort"] == SETTINGS.sidecar_port
 
 
 def test_config_map_holds_admission_and_model_in_camel_case() -> None:
@@ -95,3 +95,23 @@ def test_long_names_give_a_deterministic_node_pool_name_within_63_characters() -
     p = InferencePool.model_validate(body)
     assert len(names.node_pool_name(p)) <= 63
     assert names.node_pool_name(p) == names.node_pool_name(p)
+
+
+def test_trigger_metadata_is_what_the_scaler_parses() -> None:
+    from tidegate.scaler import metadata
+
+    p = pool(scaling={"minReplicas": 2, "maxReplicas": 9, "targetCapacityRejectRate": 0.05, "maxScaleUpStep": 3})
+    so = builders.scaled_object(p, SETTINGS)
+    target = metadata.parse("p", "ml", so["spec"]["triggers"][0]["metadata"])
+    assert (target.pool, target.namespace, target.sidecar_port) == ("p", "ml", SETTINGS.sidecar_port)
+    law_fields = (
+        "min_replicas",
+        "max_replicas",
+        "target_capacity_reject_rate",
+        "target_utilization",
+        "max_scale_up_step",
+        "scale_down_cooldown_seconds",
+        "signal",
+    )
+    for field in law_fields:
+        assert getattr(target.scaling, field) == getattr(p.spec.scaling, field), field
