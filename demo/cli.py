@@ -64,6 +64,8 @@ def _run(args: argparse.Namespace) -> int:
         print(f"tidegate demo: {exc}", file=sys.stderr)
         return 2
     console = Console()
+    if not console.is_terminal:  # CI logs: wide enough for the summary tables
+        console = Console(width=120)
     result = asyncio.run(run.run(settings, console))
     view.print_summary(settings, result.timeline, console)
     files = [str(f) for f in (result.png, result.timeline_json, result.config_file) if f is not None]

@@ -9,7 +9,7 @@ everything (clients drained, pods deleted, servers closed), writes the PNG and t
 to ``out`` and prints the summary.
 
 Loops (their periods): operator reconcile 0.2 s, KEDA poll ``poll_interval_s``, timeline sample
-0.5 s, view refresh 0.5 s (or a plain line every 5 s without ``--no-live``... with it).
+0.5 s, view refresh 0.5 s (with ``--no-live``: a plain line every 5 s).
 """
 
 import asyncio

@@ -99,6 +99,7 @@ class Timeline:
         for o in self.outcomes:
             i = min(n - 1, max(0, int(o.t_s)))
             series["offered"][i] += 1
+            series[f"offered:{o.cls}"][i] += 1
             series[o.kind][i] += 1
             series[f"{o.kind}:{o.cls}"][i] += 1
         series["offered"]

@@ -11,6 +11,7 @@ import math
 from collections.abc import Callable
 from pathlib import Path
 
+from rich import box
 from rich.console import Console, Group
 from rich.live import Live
 from rich.panel import Panel
@@ -92,13 +93,14 @@ class LiveView:
         for label, kind, style in (("offered", "offered", ""), ("admitted", ADMITTED, "green"),
                                    ("refused: capacity (503)", CAPACITY, "yellow"),
                                    ("refused: policy (429)", POLICY, "magenta"), ("errors", ERROR, "red")):  # fmt: skip
-            cells = [f"{r.get(f'{kind}:{c}', 0):.1f}" if kind != "offered" else "" for c in scenario.CLASSES]
+            cells = [f"{r.get(f'{kind}:{c}', 0):.1f}" for c in scenario.CLASSES]
             traffic.add_row(Text(label, style=style), *cells, f"{r.get(kind, 0):.1f}")
-        replicas = Table.grid(padding=(0, 2))
-        replicas.add_row("replicas", f"serving [bold]{rep.serving}[/]", f"warm {rep.warm}", f"starting {rep.starting}",
-                         f"desired (spec.replicas) [bold]{rep.desired}[/]", f"GPUs held {rep.pods}")  # fmt: skip
         slo = self.s.size.interactive_slo_ms / 1000
-        replicas.add_row("p99 TTFT", f"interactive {_secs(p99)}", f"(SLO {slo:g} s)", "", "", "")
+        replicas = Text.from_markup(
+            f"replicas: serving [bold green]{rep.serving}[/] · warm [blue]{rep.warm}[/] · starting (cold) "
+            f"[red]{rep.starting}[/] · desired (spec.replicas) [bold]{rep.desired}[/] · GPUs held {rep.pods}\n"
+            f"p99 TTFT, interactive ({WINDOW_S} s): [bold]{_secs(p99)}[/] (SLO {slo:g} s)"
+        )
         events = [f"t={e.t_s:5.1f}s scale {e.before} -> {e.after}" for e in self.timeline.scale_events[-3:]] + [
             f"t={p.t_s:5.1f}s {p.pod} serving ({p.kind}, {p.seconds:.1f} s after the scale write)"
             for p in self.timeline.promotions[-3:]
@@ -110,11 +112,12 @@ class LiveView:
             Text(f"scaler: {self.timeline.last_decision or '(first window)'}", style="cyan"),
             Text("\n".join(sorted(events)[-4:]), style="dim"),
         )
-        return Panel(body, title=f"tidegate demo  t={now:5.1f} s / {self.s.duration_s:.0f} s", border_style="blue")
+        clock = f"t={now:5.1f} s / {self.s.duration_s:.0f} s" if now <= self.s.duration_s else "finishing"
+        return Panel(body, title=f"tidegate demo  {clock}", border_style="blue")
 
 
 def _secs(v: float | None) -> str:
-    return "-" if v is None else f"{v:.2f} s"
+    return "-" if v is None else f"{v:.2f}s"
 
 
 def write_plot(settings: scenario.DemoSettings, timeline: Timeline, path: Path, console: Console) -> Path | None:
@@ -128,24 +131,26 @@ def write_plot(settings: scenario.DemoSettings, timeline: Timeline, path: Path, 
 
 def print_summary(settings: scenario.DemoSettings, timeline: Timeline, console: Console) -> None:
     """The closing tables: phases, scale decisions, promotions, GPU-seconds, and the findings."""
-    t = Table(title="What happened, phase by phase")
-    for col in ("phase", "time", "offered", "admitted", "refused capacity\n(interactive/batch)",
-                "refused policy\n(by tenant)", "p99 TTFT\ninteractive", "serving\nmin-max", "desired\nmax"):  # fmt: skip
-        t.add_column(col, justify="left" if col in ("phase", "time") else "right")
+    t = Table(title="What happened, phase by phase", box=box.SIMPLE_HEAD, collapse_padding=True, pad_edge=False)
+    for col in ("phase", "offered", "admitted", "capacity\nrefused (i/b)", "policy\nrefused", "p99 TTFT\ninteract.",
+                "serving", "desired\nmax"):  # fmt: skip
+        t.add_column(col, justify="left" if col in ("phase", "policy\nrefused") else "right")
     for p in scenario.phases(settings):
         ps = timeline.phase_summary(p.start_s, p.end_s)
         cap = f"{ps.capacity_total} ({ps.capacity.get('interactive', 0)}/{ps.capacity.get('batch', 0)})"
-        pol = ", ".join(f"{k} {v}" for k, v in sorted(ps.policy_tenants.items())) or "0"
-        t.add_row(p.name, f"{p.start_s:.0f}-{p.end_s:.0f} s", str(ps.offered), str(ps.admitted), cap, pol,
+        pol = ", ".join(f"{v} {k}" for k, v in sorted(ps.policy_tenants.items())) or "0"
+        t.add_row(f"{p.name} {p.start_s:.0f}-{p.end_s:.0f}s", str(ps.offered), str(ps.admitted), cap, pol,
                   _secs(ps.p99_ttft_s), f"{ps.serving_min}-{ps.serving_max}", str(ps.desired_max))  # fmt: skip
     console.print(t)
-    d = Table(title="Scale decisions (spec.replicas written by the HPA stand-in; the scaler's reason)")
+    d = Table(
+        title="Scale decisions (spec.replicas written by the HPA stand-in; the scaler's reason)", box=box.SIMPLE_HEAD
+    )
     for col in ("t", "replicas", "scaler's decision"):
         d.add_column(col)
     for e in timeline.scale_events:
         d.add_row(f"{e.t_s:.1f} s", f"{e.before} -> {e.after}", e.text)
     console.print(d)
-    pr = Table(title="Promotions (scale write -> serving)")
+    pr = Table(title="Promotions (scale write -> serving)", box=box.SIMPLE_HEAD)
     for col in ("t", "pod", "kind", "seconds"):
         pr.add_column(col)
     for p in timeline.promotions:

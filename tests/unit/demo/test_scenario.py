@@ -17,13 +17,15 @@ def test_phases_cover_the_run_in_order() -> None:
     assert all(a.end_s == b.start_s for a, b in itertools.pairwise(ps))
 
 
-def test_spike_is_three_times_the_base_and_outgrows_active_plus_warm() -> None:
+def test_spike_is_three_times_the_base_and_needs_more_than_the_warm_pool() -> None:
     s = scenario.DemoSettings()
     spike = next(p for p in scenario.phases(s) if p.name == "spike")
     regular = lambda t: sum(r for (tenant, _), r in scenario.rates_at(s, t).items() if tenant != scenario.NOISY)  # noqa: E731
     assert regular(spike.start_s + 1) == pytest.approx(3 * regular(1.0))
-    # the spike needs more than the active and warm replicas can serve: cold starts are part of the story
-    assert regular(spike.start_s + 1) > (s.replicas + s.warm) * scenario.replica_capacity_rps(s.size)
+    # sized at the scaler's target utilisation (0.75), the spike needs more than active + warm: a cold start follows
+    capacity = scenario.replica_capacity_rps(s.size)
+    assert regular(spike.start_s + 1) > s.replicas * capacity  # the active replicas alone refuse for capacity
+    assert regular(spike.start_s + 1) > (s.replicas + s.warm) * capacity * 0.75
 
 
 def test_noisy_tenant_offers_ten_times_its_quota_only_in_its_phase() -> None:
