@@ -6,7 +6,8 @@ Names and labels:
   ``decision`` is ``admit`` / ``admit_demoted`` / ``reject``, ``reason`` empty unless rejected.
   ``tenant`` is bounded: tenants listed in the config first, then the first seen, up to
   ``tenancy.metricsTopTenants`` names; every other tenant is ``other`` (labels stay stable over
-  the process life, so no series flips between a name and ``other``);
+  the process life, so no series flips between a name and ``other``); ``priority`` is a configured
+  class name or ``unknown`` (a client's header never creates a series);
 - ``tidegate_admission_in_flight_tokens``, ``_in_flight_requests``, ``_queue_depth``,
   ``_token_budget``, ``_max_concurrency`` (gauges, read at scrape time);
 - ``tidegate_admission_breaker_state{state}``: 1 for the current state, 0 for the others;
@@ -30,6 +31,7 @@ from tidegate.admission.ticket import Ticket
 
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8, 15, 30, 60, 120, 300, 600)
 OTHER = "other"
+UNKNOWN = "unknown"
 
 
 class TenantLabels:
@@ -100,18 +102,25 @@ class SidecarMetrics:
         for state in BreakerState:
             breaker.labels(state.value).set_function(lambda s=state: float(engine().breaker_state is s))
         self.tenants = TenantLabels(20, [])
+        self.classes: frozenset[str] = frozenset()
 
-    def configure(self, top_n: int, preferred: list[str]) -> None:
-        """Tenant label bound from the config (keeps names already handed out)."""
+    def configure(self, top_n: int, preferred: list[str], classes: list[str] | None = None) -> None:
+        """Label bounds from the config: tenants (keeps names already handed out) and class names."""
         old = self.tenants
         self.tenants = TenantLabels(top_n, preferred)
         for name in getattr(old, "_named", set()):
             self.tenants.label(name)
+        if classes is not None:
+            self.classes = self.classes | frozenset(classes)
+
+    def priority(self, name: str) -> str:
+        """A configured class name, else ``unknown`` (the header is client input: bounded labels)."""
+        return name if name in self.classes else UNKNOWN
 
     def decision(self, ticket: Ticket) -> None:
         """Count one settled decision (admitted, demoted or rejected)."""
         reason = ticket.reason.value if ticket.reason is not None else ""
-        self.decisions.labels(self.pool, self.tenants.label(ticket.tenant), ticket.priority,
+        self.decisions.labels(self.pool, self.tenants.label(ticket.tenant), self.priority(ticket.priority),
                               ticket.outcome.value, reason).inc()  # fmt: skip
 
     def finished(self, ticket: Ticket, ttft_s: float | None, e2e_s: float, slo_s: float | None) -> None:

@@ -95,7 +95,9 @@ class Sidecar:
         self.gpu: telemetry.GpuReading | None = None
         self.metrics = metrics.SidecarMetrics(config.pool, lambda: self.engine, lambda: self.gpu)
         self.metrics.configure(
-            config.admission.tenancy.metrics_top_tenants, [t.name for t in config.admission.tenancy.tenants]
+            config.admission.tenancy.metrics_top_tenants,
+            [t.name for t in config.admission.tenancy.tenants],
+            [c.name for c in config.admission.priority_classes],
         )
         self.watcher = watcher
         self.role = read_role(settings.labels_file)
@@ -437,7 +439,9 @@ class Sidecar:
         self.config = new
         self.engine.reconfigure(new.admission, new.model)
         self.metrics.configure(
-            new.admission.tenancy.metrics_top_tenants, [t.name for t in new.admission.tenancy.tenants]
+            new.admission.tenancy.metrics_top_tenants,
+            [t.name for t in new.admission.tenancy.tenants],
+            [c.name for c in new.admission.priority_classes],
         )
         self._wake_settled()
         log.info("config reloaded from %s", self.watcher.path)

@@ -230,3 +230,18 @@ async def test_a_request_running_far_past_its_prediction_is_shed(start_sim, star
             retry_after(resp.headers)
     await eventually(lambda: sidecar.engine.in_flight_requests == 0, what="the shed request released")
     await eventually(lambda: sim.model.num_running == 0, what="the backend aborted it")
+
+
+async def test_client_headers_never_create_metric_series(start_sim, start_sidecar, http) -> None:
+    sim = await start_sim()
+    sidecar = await start_sidecar(sim.url, admission={"tenancy": {"identity": "header", "metricsTopTenants": 1}})
+    for i in range(5):
+        headers = {"x-priority": f"made-up-{i}", "x-tenant-id": f"tenant-{i}"}
+        async with http.post(sidecar.url + "/v1/chat/completions", json=chat(max_tokens=2), headers=headers) as resp:
+            assert resp.status == 400  # unknown class
+    async with http.get(sidecar.url + "/metrics") as m:
+        text = await m.text()
+    series = [line for line in text.splitlines() if line.startswith("tidegate_admission_decisions_total{")]
+    assert len(series) == 2  # tenant-0 and other, priority "unknown" for both
+    assert all('priority="unknown"' in line for line in series)
+    assert "made-up" not in text
