@@ -105,6 +105,8 @@ class Counters:
     tenants: dict[str, TenantCounts] = field(default_factory=dict)
 
 
+MAX_COUNTED_TENANTS = 100_000
+"""Tenants counted by name in :attr:`Engine.counters`; later ones are counted as ``other``."""
 _NO_COST = costs.RequestCost(0, 0, 1)  # the cost of a ticket refused before its body was read
 
 
@@ -528,7 +530,11 @@ class Engine:
     def _tenant_counts(self, tenant: str) -> TenantCounts:
         counts = self.counters.tenants.get(tenant)
         if counts is None:
-            counts = self.counters.tenants[tenant] = TenantCounts()
+            if len(self.counters.tenants) >= MAX_COUNTED_TENANTS:  # bounded memory; stays monotonic
+                tenant = "other"
+                counts = self.counters.tenants.get(tenant)
+            if counts is None:
+                counts = self.counters.tenants[tenant] = TenantCounts()
         return counts
 
     def _reject(
