@@ -165,7 +165,11 @@ def main() -> None:
         bench_reconcile(api, [int(x) for x in args.pools.split(",") if x])
     finally:
         op.terminate()
-        op.wait(timeout=15)
+        try:
+            op.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            op.kill()
+            op.wait()
         core.delete_namespace(ns)
 
 

@@ -10,6 +10,7 @@ SIDECAR_CONTAINER = "tidegate-admission"
 CONFIG_FILE = "config.yaml"
 CONFIG_DIR = "/etc/tidegate/admission"
 PODINFO_DIR = "/etc/tidegate/podinfo"
+API_KEYS_DIR = "/etc/tidegate/api-keys"
 
 ANNOTATION_DO_NOT_DISRUPT = "karpenter.sh/do-not-disrupt"
 ANNOTATION_DELETION_COST = "controller.kubernetes.io/pod-deletion-cost"

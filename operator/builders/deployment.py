@@ -20,6 +20,7 @@ sidecar itself refuses traffic when its role is not ``active``.
 from typing import Any
 
 from tidegate.api import constants
+from tidegate.api.admission import TenantIdentitySource
 from tidegate.api.pool import InferencePool
 from tidegate.operator import names
 from tidegate.operator.settings import OperatorSettings
@@ -71,9 +72,15 @@ def _model_container(pool: InferencePool, settings: OperatorSettings) -> dict[st
     return container
 
 
+def _api_key_secret(pool: InferencePool) -> str | None:
+    """The Secret of API-key digests to mount when tenants are identified by API key."""
+    tenancy = pool.spec.admission.tenancy
+    return tenancy.api_key_secret if tenancy.identity is TenantIdentitySource.API_KEY else None
+
+
 def _sidecar(pool: InferencePool, settings: OperatorSettings) -> dict[str, Any]:
     port = settings.sidecar_port
-    return {
+    sidecar = {
         "name": names.SIDECAR_CONTAINER,
         "image": settings.sidecar_image,
         "restartPolicy": "Always",  # native sidecar (Kubernetes >= 1.29)
@@ -113,6 +120,10 @@ def _sidecar(pool: InferencePool, settings: OperatorSettings) -> dict[str, Any]:
             {"name": "tidegate-podinfo", "mountPath": names.PODINFO_DIR, "readOnly": True},
         ],
     }
+    if _api_key_secret(pool):
+        sidecar["args"] += ["--api-keys-dir", names.API_KEYS_DIR]
+        sidecar["volumeMounts"].append({"name": "tidegate-api-keys", "mountPath": names.API_KEYS_DIR, "readOnly": True})
+    return sidecar
 
 
 def scheduling(pool: InferencePool) -> dict[str, Any]:
@@ -176,6 +187,8 @@ def deployment(pool: InferencePool, settings: OperatorSettings, replicas: int) -
             },
         ],
     }
+    if secret := _api_key_secret(pool):
+        pod_spec["volumes"].append({"name": "tidegate-api-keys", "secret": {"secretName": secret}})
     if sched["nodeSelector"]:
         pod_spec["nodeSelector"] = {**base_spec.get("nodeSelector", {}), **sched["nodeSelector"]}
     if sched["tolerations"]:

@@ -115,3 +115,13 @@ def test_trigger_metadata_is_what_the_scaler_parses() -> None:
     )
     for field in law_fields:
         assert getattr(target.scaling, field) == getattr(p.spec.scaling, field), field
+
+
+def test_api_key_identity_mounts_the_digest_secret_into_the_sidecar() -> None:
+    p = pool(admission={"tenancy": {"identity": "apiKey", "apiKeySecret": "tenant-keys"}})
+    spec = builders.deployment(p, SETTINGS, replicas=1)["spec"]["template"]["spec"]
+    sidecar = spec["initContainers"][-1]
+    assert sidecar["args"][-2:] == ["--api-keys-dir", names.API_KEYS_DIR]
+    assert {"name": "tidegate-api-keys", "secret": {"secretName": "tenant-keys"}} in spec["volumes"]
+    plain = builders.deployment(pool(), SETTINGS, replicas=1)["spec"]["template"]["spec"]
+    assert "--api-keys-dir" not in plain["initContainers"][-1]["args"]
