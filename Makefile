@@ -5,10 +5,12 @@ PY     := $(VENV)/bin/python
 PIP    := $(VENV)/bin/pip
 CLUSTER := e2e/cluster/cluster.sh
 
-.PHONY: help venv lint unit component cluster-tests test cluster-build cluster-up cluster-down crd clean
+.PHONY: help demo simulate venv lint unit component cluster-tests test cluster-build cluster-up cluster-down crd clean
 
 help:
-	@echo "make test          install everything and run lint + all test tiers (unit, component, cluster)"
+	@echo "make demo          the whole loop on this machine, no cluster: sim GPUs, real sidecars, real scaler (~2 min)"
+	@echo "make test          install everything and run lint + all test tiers (unit, component, cluster, e2e)"
+	@echo "make simulate      the policy simulator: every scenario x policy, tables and plots under out/simulate"
 	@echo "make cluster-up    build (first time) and start the local control plane; prints KUBECONFIG"
 	@echo "make cluster-down  delete the local control plane"
 	@echo "make crd           regenerate crds/ and the chart's generated files from the models"
@@ -17,10 +19,17 @@ help:
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
-	$(PIP) install -q -e '.[test]'
+	$(PIP) install -q -e '.[test,sim,demo]'
 	touch $@
 
 venv: $(VENV)/.installed
+
+# The main job without a cluster (the README's first command). DEMO_ARGS="--duration 300" for longer.
+demo: venv
+	$(VENV)/bin/tidegate demo --out out/demo $(DEMO_ARGS)
+
+simulate: venv
+	$(VENV)/bin/tidegate simulate --all --jobs 2 --out out/simulate
 
 lint: venv
 	$(VENV)/bin/ruff check .

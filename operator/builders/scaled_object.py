@@ -21,6 +21,7 @@ from tidegate.operator import names
 from tidegate.operator.settings import OperatorSettings
 
 METRIC_TYPE = "AverageValue"
+DEFAULT_SCALE_DOWN_WINDOW_S = 300  # the HPA's default scale-down stabilisation window
 
 
 def trigger_metadata(pool: InferencePool, settings: OperatorSettings) -> dict[str, str]:
@@ -75,9 +76,15 @@ def scaled_object(pool: InferencePool, settings: OperatorSettings) -> dict[str, 
                         ],
                     },
                     "scaleDown": {
-                        # The scaling law already waits scaleDownCooldownSeconds of lower demand
-                        # before it asks for fewer; a second window here would double the wait.
-                        "stabilizationWindowSeconds": 0,
+                        # The HPA's own default window (300 s), or the cooldown if longer. The law
+                        # sizes from active pods; replicas still loading are not active yet, so
+                        # mid-spike it can answer below spec.replicas. Without this window the
+                        # simulator shows the HPA following it down and back up (flaps); with it,
+                        # none (tests/unit/simulate/test_findings.py). Scale-down therefore takes
+                        # the law's cooldown plus up to this window.
+                        "stabilizationWindowSeconds": max(
+                            scaling.scale_down_cooldown_seconds, DEFAULT_SCALE_DOWN_WINDOW_S
+                        ),
                         "selectPolicy": "Min",
                         "policies": [{"type": "Pods", "value": 1, "periodSeconds": 60}],
                     },

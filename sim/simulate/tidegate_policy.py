@@ -206,8 +206,9 @@ def snapshot(pod: Pod, now_s: float) -> StatsSnapshot:
 
 
 class TidegateHpaWindow(Tidegate):
-    """Tidegate with the HPA's *default* behaviour (300 s scale-down stabilisation window) instead of
-    the operator's (no window, one pod a minute): shows what that window is worth (see the report)."""
+    """Tidegate with the HPA's *default* behaviour (300 s scale-down window, no pod-per-minute
+    policy) instead of the operator's ScaledObject behaviour (300 s or the cooldown if longer,
+    one pod a minute): shows what the scale-down policy is worth."""
 
     name = "tidegate-hpa300"
 

@@ -125,3 +125,13 @@ def test_api_key_identity_mounts_the_digest_secret_into_the_sidecar() -> None:
     assert {"name": "tidegate-api-keys", "secret": {"secretName": "tenant-keys"}} in spec["volumes"]
     plain = builders.deployment(pool(), SETTINGS, replicas=1)["spec"]["template"]["spec"]
     assert "--api-keys-dir" not in plain["initContainers"][-1]["args"]
+
+
+def test_scale_down_waits_at_least_the_hpa_default_window() -> None:
+    # Without it the HPA followed the law below spec.replicas while replicas were still
+    # loading mid-spike (the simulator's finding, tests/unit/simulate/test_findings.py).
+    behavior = builders.scaled_object(pool(scaling={"scaleDownCooldownSeconds": 60}), SETTINGS)["spec"]["advanced"]
+    down = behavior["horizontalPodAutoscalerConfig"]["behavior"]["scaleDown"]
+    assert down["stabilizationWindowSeconds"] == 300
+    up = behavior["horizontalPodAutoscalerConfig"]["behavior"]["scaleUp"]
+    assert up["stabilizationWindowSeconds"] == 0
