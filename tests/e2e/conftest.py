@@ -1,0 +1,176 @@
+"""Fixtures of the e2e tier: tidegate launched on the local cluster, pools, the KEDA stand-in.
+
+One :class:`~tests.e2e.harness.launcher.Launcher` per session (chart, operator, scaler, pod
+agent, in a namespace of its own); each test makes its own pool there and deletes it afterwards.
+Time is compressed in the pool spec (1 s polling, 10 s rate window, short cooldowns) and in the
+replica size (a sim-backend "GPU" decoding ~4 tokens/s per sequence, 8 sequences: a few requests
+per second saturate it).
+"""
+
+import copy
+import os
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import kubernetes
+import pytest
+
+from tests.cluster.conftest import api_client, cluster_env, wait_for  # noqa: F401 (fixtures)
+from tests.e2e.harness.keda import KedaStandIn
+from tests.e2e.harness.launcher import Launcher
+from tidegate.api import GROUP, PLURAL, VERSION, constants
+from tidegate.demo import scenario
+
+POLL_INTERVAL_S = 1.0
+# The operator waits this long at most for a draining pod's streams (scenario: scale-down keeps streams).
+DRAIN_TIMEOUT_S = 60
+SIZE = scenario.ReplicaSize()
+
+
+def pool_body(
+    name: str, replicas: int, warm: int, max_replicas: int, cooldown_s: int = 300, min_replicas: int | None = None
+) -> dict[str, Any]:
+    """An InferencePool whose model container is ``tidegate sim-backend`` (the pod agent runs it as
+    is; the kind launcher's image does too) with the demo's admission config and replica size."""
+    admission = copy.deepcopy(scenario.admission_config(scenario.DemoSettings())["admission"])
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "InferencePool",
+        "metadata": {"name": name},
+        "spec": {
+            "replicas": replicas,
+            "model": {"name": scenario.MODEL, "engine": "vllm", "maxContextTokens": SIZE.token_budget},
+            "server": {
+                "image": os.environ.get("TIDEGATE_E2E_IMAGE", "tidegate:e2e"),
+                "command": ["tidegate", "sim-backend"],
+                "args": [
+                    "--model",
+                    scenario.MODEL,
+                    "--decode-tps",
+                    str(SIZE.decode_tokens_per_s),
+                    "--batch-slowdown",
+                    str(SIZE.batch_slowdown),
+                    "--max-running",
+                    "64",
+                    "--kv-capacity-tokens",
+                    "100000",
+                ],
+                "port": 8000,
+                "gpus": 0,
+                "healthPath": "/health",
+            },
+            "admission": admission,
+            "warmPool": {"size": warm},
+            "scaling": {
+                "minReplicas": replicas if min_replicas is None else min_replicas,
+                "maxReplicas": max_replicas,
+                "targetCapacityRejectRate": float(scenario.TARGET_CAPACITY_REJECT_RATE),
+                "maxScaleUpStep": 2,
+                "scaleDownCooldownSeconds": cooldown_s,
+                "pollingIntervalSeconds": int(POLL_INTERVAL_S),
+                "signal": {"windowSeconds": 10},
+            },
+        },
+    }
+
+
+@pytest.fixture(scope="session")
+def launcher(cluster_env: dict[str, str], tmp_path_factory) -> Iterator[Launcher]:  # noqa: F811
+    workdir = tmp_path_factory.mktemp("e2e")
+    with Launcher(
+        cluster_env["KUBECONFIG"],
+        env=cluster_env,
+        workdir=workdir,
+        operator_env={"TIDEGATE_DRAIN_TIMEOUT_SECONDS": str(DRAIN_TIMEOUT_S)},
+    ) as running:
+        yield running
+        crashes = running.agent.crashes if running.agent else []
+    assert not crashes, f"pod processes exited on their own: {crashes} (logs under {workdir})"
+
+
+class Pools:
+    """Creates pools in the launcher's namespace; deletes them (and waits for their processes) at teardown."""
+
+    def __init__(self, launcher: Launcher) -> None:
+        self.launcher = launcher
+        self.custom = kubernetes.client.CustomObjectsApi(launcher.api_client)
+        self.core = kubernetes.client.CoreV1Api(launcher.api_client)
+        self.names: list[str] = []
+        self.kedas: list[KedaStandIn] = []
+
+    @property
+    def namespace(self) -> str:
+        return self.launcher.namespace
+
+    def create(self, body: dict[str, Any]) -> str:
+        self.custom.create_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, body)
+        name = body["metadata"]["name"]
+        self.names.append(name)
+        return name
+
+    def delete(self, name: str) -> None:
+        try:
+            self.custom.delete_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, name)
+        except kubernetes.client.ApiException as exc:
+            if exc.status != 404:
+                raise
+
+    def get(self, name: str) -> dict[str, Any]:
+        return self.custom.get_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, name)
+
+    def roles(self, name: str) -> dict[str, str]:
+        pods = self.core.list_namespaced_pod(self.namespace, label_selector=f"{constants.LABEL_POOL}={name}").items
+        return {p.metadata.name: p.metadata.labels.get(constants.LABEL_ROLE, "") for p in pods
+                if p.metadata.deletion_timestamp is None}  # fmt: skip
+
+    def wait_serving(self, name: str, active: int, warm: int, timeout_s: float = 60) -> None:
+        """Until ``active`` pods serve (sidecar ready as active) and ``warm`` warm pods run processes."""
+        agent = self.launcher.agent
+
+        def ok() -> bool:
+            running = agent.running(name).values()
+            return (
+                sum(p.role == constants.ROLE_ACTIVE and p.ready for p in running) == active
+                and sum(p.role == constants.ROLE_WARM for p in running) == warm
+            )
+
+        wait_for(ok, timeout_s=timeout_s, interval_s=0.1, what=f"{name}: {active} serving and {warm} warm")
+
+    def keda(self, name: str) -> KedaStandIn:
+        """The KEDA stand-in for the pool's ScaledObject (waits for the operator to write it), running."""
+
+        def scaled_object() -> bool:
+            try:
+                return bool(self.custom.get_namespaced_custom_object(
+                    "keda.sh", "v1alpha1", self.namespace, "scaledobjects", name))  # fmt: skip
+            except kubernetes.client.ApiException:
+                return False
+
+        wait_for(scaled_object, timeout_s=30, what=f"ScaledObject {name}")
+        keda = KedaStandIn(self.launcher.api_client, self.namespace, name, poll_interval_s=POLL_INTERVAL_S)
+        keda.start()
+        self.kedas.append(keda)
+        return keda
+
+    def close(self) -> None:
+        for keda in self.kedas:
+            keda.stop()
+        for name in self.names:
+            self.delete(name)
+        agent = self.launcher.agent
+        for name in self.names:
+            wait_for(lambda n=name: not agent.running(n), timeout_s=60, what=f"processes of {name} gone")
+
+
+@pytest.fixture
+def pools(launcher: Launcher) -> Iterator[Pools]:
+    made = Pools(launcher)
+    try:
+        yield made
+    finally:
+        made.close()
+
+
+@pytest.fixture
+def endpoints(launcher: Launcher) -> Callable[[str], Callable[[], list[str]]]:
+    return lambda pool: lambda: launcher.agent.endpoints(pool)
