@@ -36,7 +36,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="node + model load of a replica that is not warm (default %(default)s)")  # fmt: skip
     p.add_argument("--poll-interval-s", type=_positive(float), default=2.0, metavar="SECONDS",
                    help="KEDA pollingInterval, compressed for the demo (default %(default)s)")  # fmt: skip
-    p.add_argument("--cooldown-s", type=int, default=10, metavar="SECONDS", help="scale-down cooldown (default %(default)s)")  # fmt: skip
+    p.add_argument("--cooldown-s", type=int, default=15, metavar="SECONDS", help="scale-down cooldown (default %(default)s)")  # fmt: skip
     p.add_argument("--seed", type=int, default=7, help="seed of the arrivals (default %(default)s)")
     p.add_argument("--out", type=Path, default=Path("tidegate-demo"), help="folder for the PNG, timeline.json and admission.yaml (default ./%(default)s/)")  # fmt: skip
     p.add_argument("--no-live", action="store_true", help="plain progress lines instead of the live view (CI logs)")

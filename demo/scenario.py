@@ -14,8 +14,8 @@ Phases, as fractions of ``duration_s`` (:data:`PHASE_SHARES`):
 - ``noisy``: base load plus one tenant at ``noisy_factor`` x its quota (per replica quota x
   initial replicas): it gets 429s (policy), the others are unaffected, and no GPU is bought.
 
-Capacity of one replica (:func:`replica_capacity_rps`): ``maxConcurrency`` sequences, each request
-lasting ``max_tokens x (1 + batch_slowdown x (C - 1)) / decode_tokens_per_s`` seconds (the sim's
+Capacity of one replica (:func:`replica_capacity_rps`): ``maxConcurrency`` sequences (here the
+tighter limit; the token budget leaves room for batch-heavy moments), each request lasting ``max_tokens x (1 + batch_slowdown x (B - 1)) / decode_tokens_per_s`` seconds (the sim's
 decode model, :mod:`tidegate.sim.replica`), averaged over the workload's class mix.
 """
 
@@ -87,8 +87,8 @@ TENANTS = (
     TenantLoad("globex", weight=2.0, share=0.3, interactive=0.6),
     TenantLoad("initech", weight=1.0, share=0.3, interactive=0.4),
 )
-NOISY_QUOTA_TOKENS_PER_S = 25.0  # per replica (each sidecar keeps its own bucket)
-NOISY_BURST_TOKENS = 250
+NOISY_QUOTA_TOKENS_PER_S = 15.0  # per replica (each sidecar keeps its own bucket)
+NOISY_BURST_TOKENS = 150
 NOISY_TRICKLE = 0.3  # outside its phase the noisy tenant sends at 0.3x its quota (a known, well-behaved tenant)
 
 
@@ -104,8 +104,8 @@ class DemoSettings:
     seed: int = 7
     poll_interval_s: float = 2.0  # KEDA pollingInterval (and HPA sync)
     window_s: int = 10  # the scaler's rate window (spec.scaling.signal.windowSeconds, >= 10)
-    cooldown_s: int = 10  # spec.scaling.scaleDownCooldownSeconds (the HPA's down stabilisation too)
-    base_utilisation: float = 0.6
+    cooldown_s: int = 15  # spec.scaling.scaleDownCooldownSeconds (the HPA's down stabilisation too)
+    base_utilisation: float = 0.55
     spike_factor: float = 3.0
     noisy_factor: float = 10.0
     live: bool = True
@@ -152,9 +152,9 @@ def estimated_cost_tokens(cls: str, chars_per_token: float = 3.0, safety: float 
     return math.ceil((shape.prompt_chars / chars_per_token + 4) * safety) + shape.max_tokens
 
 
-def service_time_s(cls: str, size: ReplicaSize) -> float:
-    """Seconds one request of ``cls`` runs on a full replica (decode model of :mod:`tidegate.sim.replica`)."""
-    step = (1 + size.batch_slowdown * (size.max_concurrency - 1)) / size.decode_tokens_per_s
+def service_time_s(cls: str, size: ReplicaSize, batch: int) -> float:
+    """Seconds one request of ``cls`` runs with ``batch`` sequences decoding (:mod:`tidegate.sim.replica`'s model)."""
+    step = (1 + size.batch_slowdown * (batch - 1)) / size.decode_tokens_per_s
     return SHAPES[cls].max_tokens * step
 
 
@@ -165,9 +165,16 @@ def class_mix() -> dict[str, float]:
 
 
 def replica_capacity_rps(size: ReplicaSize) -> float:
-    """Requests/s one full replica completes under the base class mix."""
-    mean = sum(share * service_time_s(cls, size) for cls, share in class_mix().items())
-    return size.max_concurrency / mean
+    """Requests/s one full replica completes under the base class mix: the tighter of its two limits.
+
+    ``maxConcurrency`` sequences at once: ``C / mean duration``. The token budget: by Little's law
+    the in-flight tokens ``X x sum_c share_c x duration_c x cost_c`` reach the budget at throughput ``X``.
+    """
+    mix = class_mix()
+    c = size.max_concurrency
+    by_concurrency = c / sum(mix[k] * service_time_s(k, size, c) for k in CLASSES)
+    token_seconds = sum(mix[k] * service_time_s(k, size, c) * estimated_cost_tokens(k) for k in CLASSES)
+    return min(by_concurrency, size.token_budget / token_seconds)
 
 
 def base_rps(s: DemoSettings) -> float:
