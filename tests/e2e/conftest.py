@@ -7,7 +7,7 @@ replica size (a sim-backend "GPU" decoding ~4 tokens/s per sequence, 8 sequences
 per second saturate it).
 """
 
-import copy
+import math
 import os
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -16,6 +16,7 @@ import kubernetes
 import pytest
 
 from tests.cluster.conftest import api_client, cluster_env, wait_for  # noqa: F401 (fixtures)
+from tests.e2e.harness import load
 from tests.e2e.harness.keda import KedaStandIn
 from tests.e2e.harness.launcher import Launcher
 from tidegate.api import GROUP, PLURAL, VERSION, constants
@@ -24,22 +25,74 @@ from tidegate.demo import scenario
 POLL_INTERVAL_S = 1.0
 # The operator waits this long at most for a draining pod's streams (scenario: scale-down keeps streams).
 DRAIN_TIMEOUT_S = 60
-SIZE = scenario.ReplicaSize()
+
+# One replica, small on purpose: a sim-backend "GPU" decoding DECODE_TPS tokens/s per sequence,
+# MAX_CONCURRENCY sequences, so a few requests per second saturate it.
+MAX_CONCURRENCY = 8
+DECODE_TPS = 4.0
+BATCH_SLOWDOWN = 0.02  # extra decode step time per extra sequence (tidegate.sim.replica)
+MAX_TOKENS = 8  # output of each request of the load
+# The scaler's utilisation reads tokens in flight over the budget: sized to what MAX_CONCURRENCY
+# requests hold (~101 tokens each), so a pool busy on concurrency looks busy to the scaler too.
+TOKEN_BUDGET = 1024
+TARGET_CAPACITY_REJECT_RATE = 0.05  # a 10 s window holds a few dozen requests: 2% is one unlucky refusal
+NOISY, NOISY_QUOTA_TOKENS_PER_S, NOISY_BURST_TOKENS = "umbrella", 25.0, 250
+TENANT_WEIGHTS = {"acme": 3.0, "globex": 2.0, "initech": 1.0}
+
+
+def replica_capacity_rps(max_tokens: int = MAX_TOKENS) -> float:
+    """Requests/s one full replica completes (decode model of tidegate.sim.replica)."""
+    seconds = max_tokens * (1 + BATCH_SLOWDOWN * (MAX_CONCURRENCY - 1)) / DECODE_TPS
+    return MAX_CONCURRENCY / seconds
+
+
+def request_cost_tokens(max_tokens: int = MAX_TOKENS) -> int:
+    """What the sidecar reserves for one request of the load: prompt estimate (chars/3 + 4 per
+    message, x1.1 safety) + max_tokens."""
+    return math.ceil((len(load.PROMPT) / 3 + 4) * 1.1) + max_tokens
+
+
+def admission() -> dict[str, Any]:
+    """The pool's ``spec.admission`` (the shape of the demo's; tenant and priority from headers)."""
+    return {
+        "tokenBudget": TOKEN_BUDGET,
+        "maxConcurrency": MAX_CONCURRENCY,
+        "queue": {"maxDepth": 16, "maxWaitMs": 3000},
+        "telemetry": {"pollIntervalMs": 250},
+        "priorityHeader": scenario.PRIORITY_HEADER,
+        "defaultPriorityClass": scenario.INTERACTIVE,
+        "priorityClasses": [
+            {"name": scenario.INTERACTIVE, "ttftSloMs": 1500, "reservedShare": 0.2, "weight": 4},
+            {"name": scenario.BATCH, "ttftSloMs": 30_000, "reservedShare": 0.0, "weight": 1},
+        ],
+        "tenancy": {
+            "identity": "header",
+            "header": scenario.TENANT_HEADER,
+            "tenants": [{"name": n, "weight": w} for n, w in TENANT_WEIGHTS.items()]
+            + [
+                {
+                    "name": NOISY,
+                    "weight": 1.0,
+                    "tokensPerSecond": NOISY_QUOTA_TOKENS_PER_S,
+                    "burstTokens": NOISY_BURST_TOKENS,
+                }
+            ],
+        },
+    }
 
 
 def pool_body(
     name: str, replicas: int, warm: int, max_replicas: int, cooldown_s: int = 300, min_replicas: int | None = None
 ) -> dict[str, Any]:
     """An InferencePool whose model container is ``tidegate sim-backend`` (the pod agent runs it as
-    is; the kind launcher's image does too) with the demo's admission config and replica size."""
-    admission = copy.deepcopy(scenario.admission_config(scenario.DemoSettings())["admission"])
+    is; the kind launcher's image does too)."""
     return {
         "apiVersion": f"{GROUP}/{VERSION}",
         "kind": "InferencePool",
         "metadata": {"name": name},
         "spec": {
             "replicas": replicas,
-            "model": {"name": scenario.MODEL, "engine": "vllm", "maxContextTokens": SIZE.token_budget},
+            "model": {"name": scenario.MODEL, "engine": "vllm", "maxContextTokens": TOKEN_BUDGET},
             "server": {
                 "image": os.environ.get("TIDEGATE_E2E_IMAGE", "tidegate:e2e"),
                 "command": ["tidegate", "sim-backend"],
@@ -47,9 +100,9 @@ def pool_body(
                     "--model",
                     scenario.MODEL,
                     "--decode-tps",
-                    str(SIZE.decode_tokens_per_s),
+                    str(DECODE_TPS),
                     "--batch-slowdown",
-                    str(SIZE.batch_slowdown),
+                    str(BATCH_SLOWDOWN),
                     "--max-running",
                     "64",
                     "--kv-capacity-tokens",
@@ -57,14 +110,13 @@ def pool_body(
                 ],
                 "port": 8000,
                 "gpus": 0,
-                "healthPath": "/health",
             },
-            "admission": admission,
+            "admission": admission(),
             "warmPool": {"size": warm},
             "scaling": {
                 "minReplicas": replicas if min_replicas is None else min_replicas,
                 "maxReplicas": max_replicas,
-                "targetCapacityRejectRate": float(scenario.TARGET_CAPACITY_REJECT_RATE),
+                "targetCapacityRejectRate": TARGET_CAPACITY_REJECT_RATE,
                 "maxScaleUpStep": 2,
                 "scaleDownCooldownSeconds": cooldown_s,
                 "pollingIntervalSeconds": int(POLL_INTERVAL_S),
@@ -85,6 +137,11 @@ def launcher(cluster_env: dict[str, str], tmp_path_factory) -> Iterator[Launcher
     ) as running:
         yield running
         crashes = running.agent.crashes if running.agent else []
+        foreign = running.agent.foreign if running.agent else set()
+    assert not foreign, (
+        f"another operator reconciled the e2e namespace (pods {sorted(foreign)}): other test runs share this "
+        "cluster; run the e2e suite alone or on its own cluster (TIDEGATE_CLUSTER_NAME=tidegate-e2e)"
+    )
     assert not crashes, f"pod processes exited on their own: {crashes} (logs under {workdir})"
 
 
@@ -136,8 +193,12 @@ class Pools:
 
         wait_for(ok, timeout_s=timeout_s, interval_s=0.1, what=f"{name}: {active} serving and {warm} warm")
 
-    def keda(self, name: str) -> KedaStandIn:
-        """The KEDA stand-in for the pool's ScaledObject (waits for the operator to write it), running."""
+    def keda(self, name: str, scale_down_window_s: float | None = None) -> KedaStandIn:
+        """The KEDA stand-in for the pool's ScaledObject (waits for the operator to write it), running.
+
+        ``scale_down_window_s``: the HPA's scale-down stabilisation, compressed (the ScaledObject
+        says at least 300 s).
+        """
 
         def scaled_object() -> bool:
             try:
@@ -147,8 +208,18 @@ class Pools:
                 return False
 
         wait_for(scaled_object, timeout_s=30, what=f"ScaledObject {name}")
-        keda = KedaStandIn(self.launcher.api_client, self.namespace, name, poll_interval_s=POLL_INTERVAL_S)
+        keda = KedaStandIn(
+            self.launcher.api_client,
+            self.namespace,
+            name,
+            POLL_INTERVAL_S,
+            scaler_address=self.launcher.scaler_address,
+            scale_down_window_s=scale_down_window_s,
+        )
         keda.start()
+        if keda.foreign_addresses:
+            print(f"\nwarning: ScaledObject {name} points at {keda.foreign_addresses}: another operator "
+                  "(another test run on this shared cluster) reconciles this namespace too")  # fmt: skip
         self.kedas.append(keda)
         return keda
 

@@ -5,12 +5,11 @@ import time
 
 import aiohttp
 
-from tests.e2e.conftest import SIZE, pool_body
+from tests.e2e.conftest import TARGET_CAPACITY_REJECT_RATE, pool_body, replica_capacity_rps
 from tests.e2e.harness import load
 from tidegate.api import constants
-from tidegate.demo import scenario
 
-TARGET = float(scenario.TARGET_CAPACITY_REJECT_RATE)
+TARGET = TARGET_CAPACITY_REJECT_RATE
 
 
 async def test_burst_scales_out_by_promoting_warm_replicas(pools, endpoints) -> None:
@@ -18,8 +17,7 @@ async def test_burst_scales_out_by_promoting_warm_replicas(pools, endpoints) -> 
     pools.wait_serving(name, active=1, warm=2)
     warm_before = {n for n, r in pools.roles(name).items() if r == constants.ROLE_WARM}
     keda = pools.keda(name)
-    capacity_rps = SIZE.max_concurrency / scenario.service_time_s(scenario.INTERACTIVE, SIZE)  # one replica
-    base_rps = 0.6 * capacity_rps
+    base_rps = 0.6 * replica_capacity_rps()  # 60% of the one serving replica
     tenants = {"acme": 0.5, "globex": 0.3, "initech": 0.2}
 
     async with aiohttp.ClientSession() as http:

@@ -13,11 +13,17 @@ What it does is what KEDA does with an ``external`` trigger (INTEROP.md, KEDA 2.
    ``currentReplicas`` is the scale's ``spec.replicas``), and a changed count is written to the
    target's ``/scale`` subresource, as the HPA controller does.
 
-``poll_interval_s`` may be set below the ScaledObject's (tests compress time). ``IsActive`` only
+``scale_down_window_s`` replaces the behaviour's ``scaleDown.stabilizationWindowSeconds`` (the
+operator writes at least 300 s; tests compress it as they compress the polling interval).
+``scaler_address``: call this scaler whatever the ScaledObject says, recording any other address
+in :attr:`KedaStandIn.foreign_addresses`. On a cluster shared with other test runs, an operator
+they started for all namespaces may also reconcile these pools and write its own (fake) scaler's
+address; the launcher's scaler is the one under test. ``poll_interval_s`` may be set below the ScaledObject's (tests compress time). ``IsActive`` only
 decides 0 <-> 1 in KEDA; the e2e pools keep ``minReplicas`` >= 1, so it is called and recorded but
 not acted on. A failed call keeps the current count (KEDA counts it toward ``fallback``).
 """
 
+import copy
 import dataclasses
 import logging
 import threading
@@ -64,12 +70,17 @@ class KedaStandIn:
         name: str,
         poll_interval_s: float | None = None,
         call_timeout_s: float = 5.0,
+        scaler_address: str | None = None,
+        scale_down_window_s: float | None = None,
     ) -> None:
         self.custom = kubernetes.client.CustomObjectsApi(api_client)
         self.namespace = namespace
         self.name = name
         self.poll_interval_override_s = poll_interval_s
         self.call_timeout_s = call_timeout_s
+        self.scaler_address = scaler_address
+        self.scale_down_window_s = scale_down_window_s
+        self.foreign_addresses: set[str] = set()  # scalerAddress values other than scaler_address
         self.writes: list[ScaleWrite] = []
         self.polls: list[Poll] = []
         self.failures: list[str] = []
@@ -107,11 +118,15 @@ class KedaStandIn:
             raise ValueError(f"metricType {trigger['metricType']!r}: this stand-in plays AverageValue only")
         metadata = {k: str(v) for k, v in trigger["metadata"].items()}
         self.interval_s = self.poll_interval_override_s or float(so.get("pollingInterval", 30))
-        behavior = so.get("advanced", {}).get("horizontalPodAutoscalerConfig", {}).get("behavior") or {}
+        behavior = copy.deepcopy(so.get("advanced", {}).get("horizontalPodAutoscalerConfig", {}).get("behavior") or {})
+        if self.scale_down_window_s is not None:
+            behavior.setdefault("scaleDown", {})["stabilizationWindowSeconds"] = self.scale_down_window_s
         self.hpa = Hpa(min_replicas=int(so.get("minReplicaCount", 0)), max_replicas=int(so.get("maxReplicaCount", 100)),
                        behavior=behavior)  # fmt: skip
         self.ref = pb.ScaledObjectRef(name=self.name, namespace=self.namespace, scalerMetadata=metadata)
-        self._channel = grpc.insecure_channel(metadata["scalerAddress"])
+        if self.scaler_address and metadata["scalerAddress"] != self.scaler_address:
+            self.foreign_addresses.add(metadata["scalerAddress"])
+        self._channel = grpc.insecure_channel(self.scaler_address or metadata["scalerAddress"])
         self.stub = pb_grpc.ExternalScalerStub(self._channel)
         spec = self.stub.GetMetricSpec(self.ref, timeout=self.call_timeout_s).metricSpecs[0]
         self.metric_name = spec.metricName

@@ -12,8 +12,11 @@ So :class:`Launcher`:
    ``TIDEGATE_SCALER_ADDRESS`` at that scaler (ScaledObjects point KEDA there);
 4. runs the :class:`~tests.e2e.harness.podagent.PodAgent` (real sidecar + sim-backend per pod).
 
-The operator watches only the launcher's namespace, so operators that other test runs start on
-the same shared cluster cannot race it. Everything stops on :meth:`Launcher.close` (and on any
+The operator watches only the launcher's namespace. Operators that other test runs start for all
+namespaces on the same cluster would reconcile these pools too (kopf ``--standalone``: both act;
+pods churn, ScaledObjects point elsewhere); the pod agent flags their pods by sidecar image
+(:attr:`PodAgent.foreign`). On a shared development cluster, give the e2e suite its own:
+``TIDEGATE_CLUSTER_NAME=tidegate-e2e``. Everything stops on :meth:`Launcher.close` (and on any
 failure while starting); children die with the harness even if it is killed (PDEATHSIG).
 
 By hand::
@@ -40,6 +43,7 @@ from tests.e2e.harness.podagent import PodAgent
 
 REPO = pathlib.Path(__file__).resolve().parents[3]
 CHART = REPO / "charts" / "tidegate"
+SIDECAR_IMAGE = "tidegate:e2e"  # what our operator writes; pods with another were made by a foreign operator
 
 
 def _service_account_kubeconfig(api_client, admin_kubeconfig: str, namespace: str, sa: str, path: pathlib.Path) -> None:
@@ -159,13 +163,13 @@ class Launcher:
             "TIDEGATE_SCALER_ADDRESS": self.scaler_address,
             "TIDEGATE_SCALER_PROBE_TTL_S": "1",
             "TIDEGATE_RESYNC_SECONDS": "5",
-            "TIDEGATE_SIDECAR_IMAGE": "tidegate:e2e",
+            "TIDEGATE_SIDECAR_IMAGE": SIDECAR_IMAGE,
             **self.operator_env,
         }
         self.operator = procs.start(
             procs.tidegate("operator", "-n", self.namespace), self.workdir / "operator.log", env=env
         )
-        self.agent = PodAgent(self.api_client, self.namespace, self.workdir / "pods")
+        self.agent = PodAgent(self.api_client, self.namespace, self.workdir / "pods", sidecar_image=SIDECAR_IMAGE)
         self.agent.start()
 
     def close(self) -> None:

@@ -3,7 +3,7 @@
 Requests go to the pool's Service endpoints (``endpoints()``: active, ready pods; see
 :meth:`~tests.e2e.harness.podagent.PodAgent.endpoints`) in round-robin order, open loop (sent at
 their time whatever happened to earlier ones). The tenant and priority travel in the headers the
-demo's admission config trusts (:mod:`tidegate.demo.scenario`). A ``not_active`` answer (the pod
+e2e pools trust (names shared with :mod:`tidegate.demo.scenario`). A ``not_active`` answer (the pod
 left the Service between the endpoint list and the request) is retried once elsewhere, as a
 client with a fresh endpoint list would; nothing else is retried.
 """

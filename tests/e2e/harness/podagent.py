@@ -95,7 +95,12 @@ class PodAgent:
     """Runs and stops pod processes for the pools in ``namespace``; a background thread polls every ``poll_s``."""
 
     def __init__(
-        self, api_client: kubernetes.client.ApiClient, namespace: str, workdir: pathlib.Path, poll_s: float = 0.1
+        self,
+        api_client: kubernetes.client.ApiClient,
+        namespace: str,
+        workdir: pathlib.Path,
+        poll_s: float = 0.1,
+        sidecar_image: str | None = None,
     ) -> None:
         self.core = kubernetes.client.CoreV1Api(api_client)
         self.namespace = namespace
@@ -104,6 +109,8 @@ class PodAgent:
         self.pods: dict[str, PodProcs] = {}
         self.crashes: list[str] = []  # "pod/container exited N" lines
         self.errors: list[str] = []  # sync failures (API errors), for the report
+        self.sidecar_image = sidecar_image
+        self.foreign: set[str] = set()  # pods whose sidecar image is not sidecar_image: another operator made them
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="pod-agent", daemon=True)
@@ -192,6 +199,8 @@ class PodAgent:
         sidecar = next(c for c in [*(pod.spec.init_containers or []), *containers] if c.name == names.SIDECAR_CONTAINER)
         model_port = _port(model, "model", 8000)
         sidecar_port = _port(sidecar, "admission", 8081)
+        if self.sidecar_image and sidecar.image != self.sidecar_image:
+            self.foreign.add(f"{name} (sidecar image {sidecar.image})")
         pool = pod.metadata.labels[constants.LABEL_POOL]
         pod_dir = self.workdir / pool / name
         pod_dir.mkdir(parents=True, exist_ok=True)

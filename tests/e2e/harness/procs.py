@@ -1,26 +1,24 @@
 """Child processes of the harness: started with a log file, stopped with a bound, never leaked.
 
-Every child gets ``PR_SET_PDEATHSIG`` (Linux): if the harness dies, even by SIGKILL, the kernel
-sends the child SIGTERM, so a crashed test run leaves no sidecar holding a pod's address.
+Every child gets a parent-death signal (Linux ``PR_SET_PDEATHSIG``, set by util-linux
+``setpriv --pdeathsig TERM`` when it is installed): if the harness dies, even by SIGKILL, the
+kernel sends the child SIGTERM, so a crashed test run leaves no sidecar holding a pod's address.
+It is set by exec-ing through ``setpriv`` rather than in a ``preexec_fn``: a ``preexec_fn`` makes
+Python fork, and a forked copy of a process that runs gRPC (the KEDA stand-in) aborts in gRPC's
+fork handlers; without one, Python spawns with vfork and no handler runs.
 """
 
-import ctypes
 import os
 import pathlib
-import signal
+import shutil
 import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 
-_PR_SET_PDEATHSIG = 1
-_libc = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
-
-
-def _die_with_parent() -> None:  # runs in the child between fork and exec
-    if _libc is not None:
-        _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+_SETPRIV = shutil.which("setpriv")
 
 
 def tidegate(*args: str) -> list[str]:
@@ -32,12 +30,11 @@ def start(cmd: list[str], log_path: pathlib.Path, env: dict[str, str] | None = N
     """Start ``cmd`` with stdout+stderr appended to ``log_path``."""
     with log_path.open("ab") as log:
         return subprocess.Popen(
-            cmd,
+            [_SETPRIV, "--pdeathsig", "TERM", "--", *cmd] if _SETPRIV else cmd,
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             env={**os.environ, **(env or {})},
-            preexec_fn=_die_with_parent,
         )
 
 
