@@ -34,7 +34,7 @@ async def test_short_demo_shows_the_loop_and_cleans_up(tmp_path) -> None:
     assert in_spike.capacity_total > 0, in_spike
     ups = [e for e in tl.scale_events if e.after > e.before]
     assert ups and max(e.after for e in ups) > settings.replicas
-    assert any("capacity reject" in e.text for e in ups), [e.text for e in ups]
+    assert all(any(why in e.text for why in ("capacity reject", "utilisation")) for e in ups), [e.text for e in ups]
     # a warm replica serves within seconds of the scale write
     warm = [p for p in tl.promotions if p.kind == "warm"]
     assert warm and min(p.seconds for p in warm) < 3.0, tl.promotions

@@ -127,13 +127,21 @@ async def _drive(pods: list[MetricsSidecar], seconds: float, capacity: int, poli
         await asyncio.sleep(0.1)
 
 
-async def _observe_desired(url: str, pods: list[MetricsSidecar]) -> tuple[int, str]:
+async def _observe_desired(url: str, pods: list[MetricsSidecar], capacity: int, policy: int) -> tuple[int, str]:
+    """The law's answer once Prometheus has scraped the rejections twice (rate() needs two samples);
+    the load keeps running meanwhile, bounded by a deadline."""
     source = StaticPodSource({(NS, POOL): [PodInfo(p.name, "") for p in pods]})
     signals = PrometheusSignals(source)
     spec = ScalingSpec.model_validate(
         {"maxReplicas": 20, "signal": {"source": "prometheus", "prometheusUrl": url, "windowSeconds": 10}}
     )
-    obs = await signals.observe(Target(NS, POOL, spec))
+    deadline = time.monotonic() + 20
+    while True:
+        obs = await signals.observe(Target(NS, POOL, spec))
+        seen = (obs.capacity_rejected_per_s > 0 or not capacity) and (obs.policy_rejected_per_s > 0 or not policy)
+        if (seen and obs.reporting == 3) or time.monotonic() > deadline:
+            break
+        await _drive(pods, 0.5, capacity, policy)
     assert (obs.active, obs.fresh, obs.stale) == (3, 3, ())
     d, _ = decide(Policy.from_spec(spec), obs, LawState(), now_s=0)
     return d.desired, d.text
@@ -142,7 +150,7 @@ async def _observe_desired(url: str, pods: list[MetricsSidecar]) -> tuple[int, s
 async def test_capacity_rejections_in_prometheus_raise_desired(prometheus) -> None:
     url, pods = prometheus
     await _drive(pods, 6.0, capacity=5, policy=0)  # a third of the demand refused for capacity
-    desired, text = await _observe_desired(url, pods)
+    desired, text = await _observe_desired(url, pods, capacity=5, policy=0)
     assert desired > 3, text
     assert "capacity reject" in text and "across 1 tenants" in text
 
@@ -150,7 +158,7 @@ async def test_capacity_rejections_in_prometheus_raise_desired(prometheus) -> No
 async def test_policy_rejections_in_prometheus_buy_nothing(prometheus) -> None:
     url, pods = prometheus
     await _drive(pods, 6.0, capacity=0, policy=50)
-    desired, text = await _observe_desired(url, pods)
+    desired, text = await _observe_desired(url, pods, capacity=0, policy=50)
     assert desired == 3, text
 
 
