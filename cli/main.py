@@ -11,7 +11,13 @@ from collections.abc import Sequence
 
 # Modules that each add their subcommands with ``register(subparsers)``; they must import
 # nothing heavy at module level (the subcommand's function imports its component lazily).
-COMPONENT_CLIS: tuple[str, ...] = ("tidegate.admission.cli", "tidegate.sim.cli", "tidegate.operator.cli", "tidegate.scaler.cli", "tidegate.demo.cli")
+COMPONENT_CLIS: tuple[str, ...] = (
+    "tidegate.admission.cli",
+    "tidegate.sim.cli",
+    "tidegate.operator.cli",
+    "tidegate.scaler.cli",
+    "tidegate.demo.cli",
+)
 
 
 def _crd(args: argparse.Namespace) -> int:
