@@ -21,7 +21,7 @@ import kubernetes
 from tidegate.admission.stats import STATS_PATH
 from tidegate.api import API_VERSION, KIND, constants
 from tidegate.api.pool import InferencePool
-from tidegate.operator import builders, conditions, names, warm_pool
+from tidegate.operator import builders, conditions, names, signal, warm_pool
 from tidegate.operator.conditions import Integration
 from tidegate.operator.kube import Kube
 from tidegate.operator.settings import OperatorSettings
@@ -258,7 +258,15 @@ def reconcile(
         scaler_reachable=reachable,
         degraded_reasons=tuple(degraded),
     )
-    status = conditions.status(observed, (obj.get("status") or {}).get("conditions") or [])
+    old_status = obj.get("status") or {}
+    status = conditions.status(observed, old_status.get("conditions") or [])
+    if settings.scaler_decisions_url and (decision := signal.fetch(settings.scaler_decisions_url, ns, name)):
+        status.update(signal.to_status(decision))
+        new_time = status["signal"].get("time")
+        if decision.get("desired") != decision.get("current") and new_time != (old_status.get("signal") or {}).get(
+            "time"
+        ):
+            events.append(f"scaler: {status['signal']['reason']}")
     kube.patch_pool_status(ns, name, status)
     for message in events:
         kube.event(obj, "Scaled", message)

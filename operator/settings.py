@@ -17,6 +17,8 @@ TIDEGATE_GPU_PENDING_SECONDS     Pending this long on a GPU-less node ->     120
 TIDEGATE_REQUIRE_SCALER          create ScaledObjects only when the scaler   true
                                  answers gRPC health checks
 TIDEGATE_SCALER_PROBE_TTL_S      how long a scaler health result is cached   10
+TIDEGATE_SCALER_DECISIONS_URL    the scaler's side port (``/decisions``):    unset: status.signal
+                                 status.signal, RejectRate, Events           stays empty
 ===============================  ==========================================  =========================
 """
 
@@ -39,6 +41,7 @@ class OperatorSettings:
     gpu_pending_seconds: float = 120.0
     require_scaler: bool = True
     scaler_probe_ttl_seconds: float = 10.0
+    scaler_decisions_url: str | None = None
     field_manager: str = "tidegate-operator"
 
     @classmethod
@@ -67,6 +70,7 @@ class OperatorSettings:
         take("TIDEGATE_GPU_PENDING_SECONDS", "gpu_pending_seconds", float)
         take("TIDEGATE_REQUIRE_SCALER", "require_scaler", _parse_bool)
         take("TIDEGATE_SCALER_PROBE_TTL_S", "scaler_probe_ttl_seconds", float)
+        take("TIDEGATE_SCALER_DECISIONS_URL", "scaler_decisions_url")
         return cls(**kwargs)  # type: ignore[arg-type]
 
 

@@ -3,10 +3,13 @@ ServiceAccount bound to the ClusterRole from ``tidegate.operator.rbac`` (so ever
 also proves that RBAC is enough), and a real gRPC health server standing in for the scaler's
 health endpoint."""
 
+import http.server
+import json
 import os
 import pathlib
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from concurrent import futures
 from typing import Any
@@ -41,6 +44,38 @@ class ScalerHealth:
 
     def stop(self) -> None:
         self.server.stop(grace=None)
+
+
+class ScalerDecisions:
+    """The scaler's side port, standing in: ``GET /decisions/<ns>/<pool>`` from ``self.decisions``."""
+
+    def __init__(self) -> None:
+        decisions: dict[str, dict[str, Any]] = {}
+        self.decisions = decisions
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                key = self.path.removeprefix("/decisions/")
+                body = decisions.get(key)
+                self.send_response(200 if body is not None else 404)
+                self.send_header("Content-Type", "application/json")
+                self.end_headers()
+                self.wfile.write(json.dumps(body or {}).encode())
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+
+@pytest.fixture(scope="session")
+def scaler_decisions() -> Iterator[ScalerDecisions]:
+    server = ScalerDecisions()
+    yield server
+    server.server.shutdown()
+    server.server.server_close()
 
 
 @pytest.fixture(scope="session")
@@ -91,7 +126,9 @@ def _service_account_kubeconfig(api_client, admin_kubeconfig: str, path: pathlib
     )
 
 
-def operator_env(cluster_env, api_client, scaler_health, workdir: pathlib.Path) -> dict[str, str]:
+def operator_env(
+    cluster_env, api_client, scaler_health, workdir: pathlib.Path, decisions_url: str = ""
+) -> dict[str, str]:
     """Environment of an operator process authenticated as its ServiceAccount."""
     kubeconfig = workdir / "kubeconfig"
     _service_account_kubeconfig(api_client, cluster_env["KUBECONFIG"], kubeconfig)
@@ -104,6 +141,7 @@ def operator_env(cluster_env, api_client, scaler_health, workdir: pathlib.Path) 
         "TIDEGATE_DRAIN_TIMEOUT_SECONDS": "2",
         "TIDEGATE_GPU_PENDING_SECONDS": "2",
         "TIDEGATE_SIDECAR_IMAGE": "tidegate:test",
+        "TIDEGATE_SCALER_DECISIONS_URL": decisions_url,
     }
 
 
@@ -125,10 +163,10 @@ def stop_operator(proc: subprocess.Popen) -> None:
 
 
 @pytest.fixture(scope="module")
-def operator(cluster_env, api_client, scaler_health, tmp_path_factory) -> Iterator[dict[str, str]]:
+def operator(cluster_env, api_client, scaler_health, scaler_decisions, tmp_path_factory) -> Iterator[dict[str, str]]:
     """A running operator for one test module (modules that manage their own do not use this)."""
     workdir = tmp_path_factory.mktemp("operator")
-    env = operator_env(cluster_env, api_client, scaler_health, workdir)
+    env = operator_env(cluster_env, api_client, scaler_health, workdir, scaler_decisions.url)
     log_path = workdir / "operator.log"
     proc = start_operator(env, log_path)
     try:

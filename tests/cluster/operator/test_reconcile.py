@@ -308,3 +308,40 @@ def test_scale_above_max_replicas_is_held_at_max_and_reported(api_client, kubect
         what="Degraded=True",
     )
     assert "above scaling.maxReplicas 2: serving 2" in _condition(pool, "Degraded")["message"]
+
+
+def test_the_scalers_decision_fills_status_signal_reject_rate_and_an_event(
+    api_client, kubectl, namespace: str, scaler_decisions
+) -> None:
+    scaler_decisions.decisions[f"{namespace}/sig"] = {
+        "current": 2,
+        "desired": 4,
+        "reason": "saturated",
+        "text": "2 -> 4: capacity reject 31% across 5 tenants",
+        "capacityRejectRate": 0.3125,
+        "policyRejectRate": 0.02,
+        "time": "2026-11-30T06:00:00+00:00",
+    }
+    _create(api_client, namespace, _pool("sig", replicas=2))
+    pool = wait_for(
+        lambda: (p := _get_pool(api_client, namespace, "sig")) and p.get("status", {}).get("signal") and p,
+        what="status.signal",
+    )
+    assert pool["status"]["capacityRejectRate"] == 0.3125
+    assert pool["status"]["signal"]["reason"] == "2 -> 4: capacity reject 31% across 5 tenants"
+    assert kubectl("get", "-n", namespace, "tgpool", "sig").stdout.splitlines()[1].split()[5] == "0.3125"
+    events = kubernetes.client.CoreV1Api(api_client).list_namespaced_event(
+        namespace, field_selector="involvedObject.name=sig"
+    )
+    wait_for(
+        lambda: (
+            any("scaler: 2 -> 4: capacity reject 31%" in e.message for e in events.items)
+            or any(
+                "scaler: 2 -> 4" in e.message
+                for e in kubernetes.client.CoreV1Api(api_client)
+                .list_namespaced_event(namespace, field_selector="involvedObject.name=sig")
+                .items
+            )
+        ),
+        what="an Event with the scaler's decision",
+    )
