@@ -22,7 +22,7 @@ from tidegate.api import GROUP, PLURAL, VERSION, constants
 from tidegate.api.pool import InferencePool
 from tidegate.operator import names
 from tidegate.operator.kube import Kube
-from tidegate.operator.probe import ScalerProbe
+from tidegate.operator.probe import ScalerProbe, tls_credentials
 from tidegate.operator.reconcile import reconcile
 from tidegate.operator.settings import OperatorSettings
 
@@ -48,7 +48,13 @@ def _startup(settings: kopf.OperatorSettings, **_: Any) -> None:
     except kubernetes.config.ConfigException:
         kubernetes.config.load_kube_config()
     STATE.kube = Kube(kubernetes.client.ApiClient(), STATE.settings.field_manager)
-    STATE.probe = ScalerProbe(ttl_s=STATE.settings.scaler_probe_ttl_seconds)
+    config = STATE.settings
+    credentials = (
+        tls_credentials(config.scaler_ca_file, config.scaler_client_cert_file, config.scaler_client_key_file)
+        if config.scaler_tls
+        else None
+    )
+    STATE.probe = ScalerProbe(ttl_s=config.scaler_probe_ttl_seconds, credentials=credentials)
     # Progress and diff-base in annotations only: status belongs to tidegate's own fields.
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(

@@ -13,9 +13,15 @@ class ScalerProbe:
     Results are cached for ``ttl_s`` so a resync of many pools checks the scaler once.
     """
 
-    def __init__(self, timeout_s: float = 1.0, ttl_s: float = 10.0) -> None:
+    def __init__(
+        self,
+        timeout_s: float = 1.0,
+        ttl_s: float = 10.0,
+        credentials: grpc.ChannelCredentials | None = None,
+    ) -> None:
         self.timeout_s = timeout_s
         self.ttl_s = ttl_s
+        self.credentials = credentials  # None: plaintext
         self._cache: dict[str, tuple[float, bool]] = {}
         self._lock = threading.Lock()
 
@@ -32,10 +38,30 @@ class ScalerProbe:
 
     def _check(self, address: str) -> bool:
         try:
-            with grpc.insecure_channel(address) as channel:
+            channel = (
+                grpc.secure_channel(address, self.credentials)
+                if self.credentials is not None
+                else grpc.insecure_channel(address)
+            )
+            with channel:
                 reply = health_pb2_grpc.HealthStub(channel).Check(
                     health_pb2.HealthCheckRequest(service=""), timeout=self.timeout_s
                 )
             return reply.status == health_pb2.HealthCheckResponse.SERVING
         except grpc.RpcError:
             return False
+
+
+def tls_credentials(ca_file: str | None, cert_file: str | None, key_file: str | None) -> grpc.ChannelCredentials:
+    """TLS credentials for the probe: ``ca_file`` (None: system roots), and a client certificate
+    and key for mTLS when both are given. Raises ``OSError`` when a file cannot be read."""
+
+    def read(path: str | None) -> bytes | None:
+        if not path:
+            return None
+        with open(path, "rb") as fh:
+            return fh.read()
+
+    return grpc.ssl_channel_credentials(
+        root_certificates=read(ca_file), private_key=read(key_file), certificate_chain=read(cert_file)
+    )

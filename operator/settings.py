@@ -19,6 +19,15 @@ TIDEGATE_REQUIRE_SCALER          create ScaledObjects only when the scaler   tru
 TIDEGATE_SCALER_PROBE_TTL_S      how long a scaler health result is cached   10
 TIDEGATE_SCALER_DECISIONS_URL    the scaler's side port (``/decisions``):    unset: status.signal
                                  status.signal, RejectRate, Events           stays empty
+TIDEGATE_SCALER_TLS              the scaler serves gRPC over TLS: triggers   false
+                                 get enableTLS and an authenticationRef
+TIDEGATE_SCALER_AUTH_NAME        that (Cluster)TriggerAuthentication's name  tidegate-scaler-tls
+TIDEGATE_SCALER_AUTH_KIND        TriggerAuthentication (in each pool's       TriggerAuthentication
+                                 namespace) or ClusterTriggerAuthentication
+TIDEGATE_SCALER_CA_FILE          CA bundle the operator's health probe       system roots
+                                 trusts
+TIDEGATE_SCALER_CLIENT_CERT_FILE client certificate and key for the probe    none (no mTLS)
+TIDEGATE_SCALER_CLIENT_KEY_FILE  when the scaler requires mTLS
 ===============================  ==========================================  =========================
 """
 
@@ -42,6 +51,12 @@ class OperatorSettings:
     require_scaler: bool = True
     scaler_probe_ttl_seconds: float = 10.0
     scaler_decisions_url: str | None = None
+    scaler_tls: bool = False
+    scaler_auth_name: str = "tidegate-scaler-tls"
+    scaler_auth_kind: str = "TriggerAuthentication"
+    scaler_ca_file: str | None = None
+    scaler_client_cert_file: str | None = None
+    scaler_client_key_file: str | None = None
     field_manager: str = "tidegate-operator"
 
     @classmethod
@@ -71,6 +86,12 @@ class OperatorSettings:
         take("TIDEGATE_REQUIRE_SCALER", "require_scaler", _parse_bool)
         take("TIDEGATE_SCALER_PROBE_TTL_S", "scaler_probe_ttl_seconds", float)
         take("TIDEGATE_SCALER_DECISIONS_URL", "scaler_decisions_url")
+        take("TIDEGATE_SCALER_TLS", "scaler_tls", _parse_bool)
+        take("TIDEGATE_SCALER_AUTH_NAME", "scaler_auth_name")
+        take("TIDEGATE_SCALER_AUTH_KIND", "scaler_auth_kind", _auth_kind)
+        take("TIDEGATE_SCALER_CA_FILE", "scaler_ca_file")
+        take("TIDEGATE_SCALER_CLIENT_CERT_FILE", "scaler_client_cert_file")
+        take("TIDEGATE_SCALER_CLIENT_KEY_FILE", "scaler_client_key_file")
         return cls(**kwargs)  # type: ignore[arg-type]
 
 
@@ -81,3 +102,9 @@ def _parse_bool(value: str) -> bool:
     if lowered in ("0", "false", "no", "off"):
         return False
     raise ValueError("expected true or false")
+
+
+def _auth_kind(value: str) -> str:
+    if value not in ("TriggerAuthentication", "ClusterTriggerAuthentication"):
+        raise ValueError("expected TriggerAuthentication or ClusterTriggerAuthentication")
+    return value

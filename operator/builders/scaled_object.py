@@ -48,6 +48,8 @@ def trigger_metadata(pool: InferencePool, settings: OperatorSettings) -> dict[st
     }
     if scaling.signal.prometheus_url:
         metadata["prometheusUrl"] = scaling.signal.prometheus_url
+    if settings.scaler_tls:
+        metadata["enableTLS"] = "true"  # the CA (and client cert) come from the authenticationRef
     return metadata
 
 
@@ -100,6 +102,12 @@ def scaled_object(pool: InferencePool, settings: OperatorSettings) -> dict[str, 
             }
         ],
     }
+    if settings.scaler_tls:
+        # KEDA takes caCert / tlsClientCert / tlsClientKey only from a (Cluster)TriggerAuthentication.
+        spec["triggers"][0]["authenticationRef"] = {
+            "name": settings.scaler_auth_name,
+            "kind": settings.scaler_auth_kind,
+        }
     if scaling.fallback_replicas is not None:
         spec["fallback"] = {"failureThreshold": 3, "replicas": scaling.fallback_replicas}
     return {

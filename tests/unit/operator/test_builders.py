@@ -135,3 +135,21 @@ def test_scale_down_waits_at_least_the_hpa_default_window() -> None:
     assert down["stabilizationWindowSeconds"] == 300
     up = behavior["horizontalPodAutoscalerConfig"]["behavior"]["scaleUp"]
     assert up["stabilizationWindowSeconds"] == 0
+
+
+def test_tls_to_the_scaler_sets_enable_tls_and_the_trigger_authentication() -> None:
+    tls = OperatorSettings(
+        scaler_address="scaler:9090", scaler_tls=True, scaler_auth_kind="ClusterTriggerAuthentication"
+    )
+    trigger = builders.scaled_object(pool(), tls)["spec"]["triggers"][0]
+    assert trigger["metadata"]["enableTLS"] == "true"
+    assert trigger["authenticationRef"] == {"name": "tidegate-scaler-tls", "kind": "ClusterTriggerAuthentication"}
+    plain = builders.scaled_object(pool(), SETTINGS)["spec"]["triggers"][0]
+    assert "enableTLS" not in plain["metadata"] and "authenticationRef" not in plain
+
+
+def test_settings_refuse_an_unknown_trigger_authentication_kind() -> None:
+    import pytest
+
+    with pytest.raises(ValueError, match="TIDEGATE_SCALER_AUTH_KIND"):
+        OperatorSettings.from_env({"TIDEGATE_SCALER_AUTH_KIND": "Secret"})
