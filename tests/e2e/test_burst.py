@@ -5,6 +5,7 @@ import time
 
 import aiohttp
 
+from tests.cluster.conftest import wait_for
 from tests.e2e.conftest import TARGET_CAPACITY_REJECT_RATE, pool_body, replica_capacity_rps
 from tests.e2e.harness import load
 from tidegate.api import constants
@@ -61,3 +62,8 @@ async def test_burst_scales_out_by_promoting_warm_replicas(pools, endpoints) -> 
     print(f"capacity reject rate: {before:.0%} before the scale-up, {rate:.1%} in the burst's last 8 s "
           f"({len(settled)} requests)")  # fmt: skip
     assert rate <= TARGET
+
+    # `kubectl get inferencepool` shows why: the scaler's last decision, as the operator reports it.
+    signal = wait_for(lambda: pools.get(name).get("status", {}).get("signal"), timeout_s=15, what="status.signal")
+    print(f"status.signal: {signal}")
+    assert signal.get("reason")

@@ -162,6 +162,7 @@ class Launcher:
             "KUBECONFIG": str(self.workdir / "operator.kubeconfig"),
             "TIDEGATE_SCALER_ADDRESS": self.scaler_address,
             "TIDEGATE_SCALER_PROBE_TTL_S": "1",
+            "TIDEGATE_SCALER_DECISIONS_URL": self.scaler_metrics_url,
             "TIDEGATE_RESYNC_SECONDS": "5",
             "TIDEGATE_SIDECAR_IMAGE": SIDECAR_IMAGE,
             **self.operator_env,
