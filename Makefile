@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(VENV)/bin/pip
 CLUSTER := e2e/cluster/cluster.sh
 
-.PHONY: help demo simulate venv lint unit component cluster-tests test cluster-build cluster-up cluster-down crd clean
+.PHONY: help demo simulate venv lint unit component cluster-tests e2e test cluster-build cluster-up cluster-down crd clean
 
 help:
 	@echo "make demo          the whole loop on this machine, no cluster: sim GPUs, real sidecars, real scaler (~2 min)"
@@ -40,6 +40,7 @@ lint: venv
 crd: venv
 	$(VENV)/bin/tidegate crd -o crds/inferencepools.tidegate.dev.yaml
 	$(VENV)/bin/python -m tidegate.operator.chart_sync
+	$(VENV)/bin/python -c "from tidegate.api import reference; open('docs/configuration.md', 'w').write(reference.render())"
 
 unit: venv
 	$(VENV)/bin/pytest -m unit
@@ -59,6 +60,10 @@ cluster-down:
 
 cluster-tests: venv cluster-build
 	$(VENV)/bin/pytest -m cluster
+
+# The whole loop on the local control plane (chart, operator, scaler, sidecars, sim-backends, a KEDA stand-in).
+e2e: venv cluster-build
+	$(VENV)/bin/pytest -m e2e -s
 
 # Every tier. The cluster tier starts the local control plane itself (and deletes it after,
 # unless TIDEGATE_KEEP_CLUSTER=1 or it was already running).

@@ -55,3 +55,18 @@ def test_group_is_not_the_gateway_api_inference_extension() -> None:
     names = crd.custom_resource_definition()["spec"]
     assert not names["group"].endswith(".k8s.io")
     assert "infpool" not in names["names"]["shortNames"]
+
+
+def test_configuration_reference_is_current_and_covers_every_field() -> None:
+    from tidegate.api import reference
+
+    text = reference.render()
+    assert (REPO / "docs" / "configuration.md").read_text() == text, "docs/ is stale: run `make crd`"
+    for field in (
+        "`admission.kvCache.trip`",
+        "`scaling.maxReplicas`",
+        "`nodePool.nodeClassRef.group`",
+        "`warmPool.size`",
+    ):
+        assert field in text
+    assert "resume must be < trip (hysteresis)" in text
