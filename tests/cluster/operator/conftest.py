@@ -136,7 +136,7 @@ def operator_env(
         **os.environ,
         "KUBECONFIG": str(kubeconfig),
         "TIDEGATE_SCALER_ADDRESS": scaler_health.address,
-        "TIDEGATE_SCALER_PROBE_TTL_S": "0.5",
+        "TIDEGATE_SCALER_PROBE_TTL_S": "0",  # no cache: a test that takes the scaler down sees it at once
         "TIDEGATE_RESYNC_SECONDS": "5",
         "TIDEGATE_DRAIN_TIMEOUT_SECONDS": "2",
         "TIDEGATE_GPU_PENDING_SECONDS": "2",
