@@ -394,6 +394,10 @@ class Engine:
         now = self.clock()
         ticket.state, ticket.released_at_s = TicketState.RELEASED, now
         charged = used_tokens if used_tokens is not None and used_tokens > 0 else ticket.reserved_tokens
+        # A backend's usage is not trusted blindly: an absurd count would overflow the tenant's
+        # bucket (and leak its concurrency slot). No real response uses more than the context
+        # window per sequence; 4x the larger of that and the reservation is a generous bound.
+        charged = min(charged, 4 * max(ticket.reserved_tokens, self.model.max_context_tokens))
         if not (used_tokens is not None if usage_reported is None else usage_reported):
             self.counters.usage_missing_total += 1
         ticket.charged_tokens = charged

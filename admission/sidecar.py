@@ -56,6 +56,15 @@ BACKEND_HEALTH_PATH = "/health"
 MAX_TENANT_CHARS = 128  # as the API's tenant names: a header cannot grow the counters without bound per key
 
 
+def _header(request: web.Request, name: str) -> str | None:
+    """A header value as valid UTF-8: aiohttp keeps undecodable bytes as surrogates, which would
+    later break every ``/metrics`` scrape once such a value became a label; they become U+FFFD."""
+    value = request.headers.get(name)
+    if value is None:
+        return None
+    return value.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+
+
 class BodyTooLarge(Exception):
     """The request body is over ``maxRequestBytes``."""
 
@@ -181,7 +190,7 @@ class Sidecar:
     def _tenant(self, request: web.Request) -> str | None:
         tenancy = self.engine.admission.tenancy
         if tenancy.identity is TenantIdentitySource.HEADER:
-            return (request.headers.get(tenancy.header) or "default")[:MAX_TENANT_CHARS]
+            return (_header(request, tenancy.header) or "default")[:MAX_TENANT_CHARS]
         if tenancy.identity is TenantIdentitySource.API_KEY:
             return self.api_keys.tenant(request.headers.get("Authorization"))  # None: 401, never a guess
         return "default"
@@ -190,7 +199,7 @@ class Sidecar:
         arrival = self.clock()
         engine = self.engine
         admission = engine.admission
-        priority = request.headers.get(admission.priority_header)
+        priority = _header(request, admission.priority_header)
         tenant = self._tenant(request)
         if tenant is None:
             return self._refuse("unknown", priority, Reason.UNAUTHORIZED, "missing or unknown API key")
@@ -212,6 +221,8 @@ class Sidecar:
             body = json.loads(raw)
         except (ValueError, UnicodeDecodeError):
             return self._refuse(tenant, priority, Reason.BAD_REQUEST, "the request body is not valid JSON")
+        except RecursionError:
+            return self._refuse(tenant, priority, Reason.BAD_REQUEST, "the request body is nested too deeply")
         try:
             cost = engine.cost(path, body)
             if engine.model.tokenizer is PromptTokenizer.BACKEND and not cost.prompt_exact:
@@ -220,6 +231,8 @@ class Sidecar:
                     cost = engine.cost(path, body, prompt_tokens=exact)
         except CostError as exc:
             return self._refuse(tenant, priority, exc.reason, exc.message, code=exc.code, param=exc.param)
+        except RecursionError:
+            return self._refuse(tenant, priority, Reason.BAD_REQUEST, "the request body is nested too deeply")
 
         ticket = engine.submit(tenant, priority, cost)
         self._wake_settled()  # a displaced request learns at once

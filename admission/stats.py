@@ -23,6 +23,7 @@ Times are Unix seconds (wall clock) so snapshots from different pods line up.
 
 from collections.abc import Mapping
 from enum import StrEnum
+from typing import Annotated
 
 import aiohttp
 from aiohttp import web
@@ -31,6 +32,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from tidegate.admission.reasons import CAPACITY_REASONS, POLICY_REASONS, Reason
 
 STATS_PATH = "/tidegate/stats"
+MAX_COUNT = 2**63 - 1
+Count = Annotated[int, Field(ge=0, le=MAX_COUNT)]
 SCHEMA_VERSION = 1
 
 
@@ -45,19 +48,23 @@ class BreakerState(StrEnum):
 class TenantCounters(BaseModel):
     """Monotonic per-tenant counters (tenants beyond the top-N are summed under ``other``)."""
 
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", allow_inf_nan=False)
 
-    admitted: int = Field(default=0, ge=0)
-    admitted_tokens: int = Field(default=0, ge=0)
-    demoted: int = Field(default=0, ge=0)
-    capacity_rejected: int = Field(default=0, ge=0)
-    policy_rejected: int = Field(default=0, ge=0)
+    admitted: int = Field(default=0, ge=0, le=MAX_COUNT)
+    admitted_tokens: int = Field(default=0, ge=0, le=MAX_COUNT)
+    demoted: int = Field(default=0, ge=0, le=MAX_COUNT)
+    capacity_rejected: int = Field(default=0, ge=0, le=MAX_COUNT)
+    policy_rejected: int = Field(default=0, ge=0, le=MAX_COUNT)
 
 
 class StatsSnapshot(BaseModel):
-    """One sidecar's counters and gauges at ``time_s`` (see the module docstring for the shape)."""
+    """One sidecar's counters and gauges at ``time_s`` (see the module docstring for the shape).
 
-    model_config = ConfigDict(extra="ignore")  # newer sidecars may add fields
+    Counters are bounded to 64 bits and times must be finite: a document outside that is a
+    broken pod (:class:`StatsError` for the reader), never a number to compute with.
+    """
+
+    model_config = ConfigDict(extra="ignore", allow_inf_nan=False)  # newer sidecars may add fields
 
     schema_version: int = SCHEMA_VERSION
     pool: str = ""
@@ -66,17 +73,17 @@ class StatsSnapshot(BaseModel):
     instance_id: str
     started_at_s: float
     time_s: float
-    admitted_total: int = Field(default=0, ge=0)
-    admitted_demoted_total: int = Field(default=0, ge=0)
-    admitted_tokens_total: int = Field(default=0, ge=0)
-    completed_total: int = Field(default=0, ge=0)
-    rejected_total: dict[Reason, int] = Field(default_factory=dict)
+    admitted_total: int = Field(default=0, ge=0, le=MAX_COUNT)
+    admitted_demoted_total: int = Field(default=0, ge=0, le=MAX_COUNT)
+    admitted_tokens_total: int = Field(default=0, ge=0, le=MAX_COUNT)
+    completed_total: int = Field(default=0, ge=0, le=MAX_COUNT)
+    rejected_total: dict[Reason, Count] = Field(default_factory=dict)
     tenants: dict[str, TenantCounters] = Field(default_factory=dict)
-    in_flight_requests: int = Field(default=0, ge=0)
-    in_flight_tokens: int = Field(default=0, ge=0)
-    token_budget: int = Field(default=0, ge=0)
-    max_concurrency: int = Field(default=0, ge=0)
-    queue_depth: int = Field(default=0, ge=0)
+    in_flight_requests: int = Field(default=0, ge=0, le=MAX_COUNT)
+    in_flight_tokens: int = Field(default=0, ge=0, le=MAX_COUNT)
+    token_budget: int = Field(default=0, ge=0, le=MAX_COUNT)
+    max_concurrency: int = Field(default=0, ge=0, le=MAX_COUNT)
+    queue_depth: int = Field(default=0, ge=0, le=MAX_COUNT)
     breaker_state: BreakerState = BreakerState.CLOSED
     kv_cache_usage: float | None = Field(default=None, ge=0.0, le=1.0)
     telemetry_age_s: float | None = Field(default=None, ge=0.0)

@@ -62,9 +62,11 @@ class ScalingSpec(ApiModel):
         description="Capacity rejections / capacity demand (0..1) above which the pool is saturated "
         "and scales out. Policy rejections (one tenant over quota) never count.",
     )
-    target_utilization: Fraction = Field(
+    target_utilization: float = Field(
         default=0.75,
-        description="Token-budget utilisation (0..1) the pool is sized for when not saturated.",
+        gt=0.0,
+        le=1.0,
+        description="Token-budget utilisation (0 exclusive..1) the pool is sized for, saturated or not.",
     )
     max_scale_up_step: int = Field(default=4, ge=1, le=1000, description="Most replicas added in one decision.")
     scale_down_cooldown_seconds: int = Field(

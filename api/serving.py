@@ -174,6 +174,7 @@ class ServerSpec(ApiModel):
     def _image_or_template(self) -> "ServerSpec":
         if self.image is None and self.pod_template is None:
             raise ValueError("server.image is required (or give server.podTemplate)")
+        _check_shapes(self)
         return self
 
     model_config = ApiModel.model_config | {
@@ -185,3 +186,41 @@ class ServerSpec(ApiModel):
             )
         )
     }
+
+
+def _check_shapes(server: "ServerSpec") -> None:
+    """The parts of pass-through Kubernetes objects tidegate itself builds on must have the shape
+    Kubernetes gives them (the API server cannot check them in a preserve-unknown-fields field).
+
+    Raises ``ValueError`` naming the field.
+    """
+
+    def need(value: object, kind: type | tuple[type, ...], where: str, what: str) -> None:
+        if value is not None and not isinstance(value, kind):
+            raise ValueError(f"server.{where} must be {what}")
+
+    for kind in ("requests", "limits"):
+        need(server.resources.get(kind), dict, f"resources.{kind}", "a map of resource name to quantity")
+    template = server.pod_template
+    if template is None:
+        return
+    meta = template.get("metadata")
+    need(meta, dict, "podTemplate.metadata", "an object")
+    for key in ("labels", "annotations"):
+        value = (meta or {}).get(key)
+        need(value, dict, f"podTemplate.metadata.{key}", "a map of strings")
+        if isinstance(value, dict) and not all(isinstance(v, str) for v in value.values()):
+            raise ValueError(f"server.podTemplate.metadata.{key} must be a map of strings")
+    spec = template.get("spec")
+    need(spec, dict, "podTemplate.spec", "a PodSpec object")
+    spec = spec or {}
+    for key in ("containers", "initContainers", "volumes", "tolerations"):
+        items = spec.get(key)
+        need(items, list, f"podTemplate.spec.{key}", "a list of objects")
+        if isinstance(items, list) and not all(isinstance(i, dict) for i in items):
+            raise ValueError(f"server.podTemplate.spec.{key} must be a list of objects")
+    for key in ("nodeSelector", "securityContext"):
+        need(spec.get(key), dict, f"podTemplate.spec.{key}", "an object")
+    grace = spec.get("terminationGracePeriodSeconds")
+    if grace is not None and (not isinstance(grace, int) or isinstance(grace, bool)):
+        raise ValueError("server.podTemplate.spec.terminationGracePeriodSeconds must be an integer")

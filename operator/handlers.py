@@ -9,6 +9,7 @@ Peering: run one replica (Deployment strategy ``Recreate``) with ``--standalone`
 peering freezes replicas of equal priority, and one reconciler per pool is what we want.
 """
 
+import datetime
 import logging
 import threading
 from collections import defaultdict
@@ -70,6 +71,10 @@ def _startup(settings: kopf.OperatorSettings, **_: Any) -> None:
     log.info("tidegate operator starting: %s", STATE.settings)
 
 
+def _now() -> str:
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
 def _kick(namespace: str, name: str) -> None:
     """Reconcile a pool now, coalescing triggers: while a reconcile of the pool runs, further
     triggers only mark it dirty and the running one goes round once more. A burst of pod
@@ -100,7 +105,15 @@ def _reconcile_once(obj: dict[str, Any]) -> None:
     try:
         result = reconcile(STATE.kube, STATE.settings, obj, STATE.probe)
     except pydantic.ValidationError as exc:
-        raise kopf.PermanentError(f"spec refused: {exc}") from exc
+        # The API server accepted it (pass-through fields it cannot check); say why in the status.
+        message = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())[:1000]
+        STATE.kube.patch_pool_status(
+            key[0],
+            key[1],
+            {"conditions": [{"type": "Degraded", "status": "True", "reason": "InvalidSpec", "message": message,
+                             "lastTransitionTime": _now(), "observedGeneration": obj["metadata"].get("generation", 0)}]},
+        )  # fmt: skip
+        raise kopf.PermanentError(f"spec refused: {message}") from exc
     except kubernetes.client.ApiException as exc:
         if exc.status == 404:
             return  # the pool went away mid-reconcile

@@ -18,6 +18,7 @@ two scaler replicas polling the same pods get the same rates (see :mod:`tidegate
 """
 
 import collections
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -183,7 +184,9 @@ def observe(
             continue
         active += 1
         snap = current.get(pod.name)
-        if snap is None or now_s - snap.time_s > stale_after_s:
+        # A clock that is not finite, or off by more than the staleness bound either way, is no
+        # evidence of anything: such a pod counts as missing (never as idle).
+        if snap is None or not math.isfinite(snap.time_s) or abs(now_s - snap.time_s) > stale_after_s:
             if pod.ready:
                 stale.append(pod.name)
             else:
@@ -195,8 +198,11 @@ def observe(
         in_flight += snap.in_flight_tokens
         budget += snap.token_budget
         queue += snap.queue_depth
-        delta = pod_delta(baselines.get(pod.name), snap, max_window_s)
+        baseline = baselines.get(pod.name)
+        delta = pod_delta(baseline, snap, max_window_s)
         if delta is None:
+            if baseline is not None and pod.ready:
+                stale.append(pod.name)  # it answered before, but its counters give no usable rate now
             continue
         reporting += 1
         windows.append(delta.window_s)

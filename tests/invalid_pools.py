@@ -58,6 +58,7 @@ CASES = [
     ),
     Case("gpu-memory-trip-over-one", {"admission": {"gpuMemory": {"trip": 1.2}}}, "spec.admission.gpuMemory.trip"),
     Case("utilization-over-one", {"scaling": {"targetUtilization": 1.5}}, "spec.scaling.targetUtilization"),
+    Case("utilization-zero", {"scaling": {"targetUtilization": 0}}, "spec.scaling.targetUtilization"),
     Case(
         "reject-rate-negative", {"scaling": {"targetCapacityRejectRate": -0.1}}, "spec.scaling.targetCapacityRejectRate"
     ),

@@ -156,14 +156,14 @@ def deployment(pool: InferencePool, settings: OperatorSettings, replicas: int) -
     template_meta: dict[str, Any] = {"labels": pod_labels, "annotations": {}}
     base_spec: dict[str, Any] = {}
     if spec.server.pod_template:
-        base_meta = spec.server.pod_template.get("metadata", {})
-        template_meta["labels"] = {**base_meta.get("labels", {}), **pod_labels}
-        template_meta["annotations"] = dict(base_meta.get("annotations", {}))
-        base_spec = dict(spec.server.pod_template.get("spec", {}))
+        base_meta = spec.server.pod_template.get("metadata") or {}
+        template_meta["labels"] = {**(base_meta.get("labels") or {}), **pod_labels}
+        template_meta["annotations"] = dict(base_meta.get("annotations") or {})
+        base_spec = dict(spec.server.pod_template.get("spec") or {})
     template_meta["annotations"][names.ANNOTATION_DELETION_COST] = str(names.COST_WARM)
 
     model = _model_container(pool, settings)
-    containers = [dict(c) for c in base_spec.get("containers", [])]
+    containers = [dict(c) for c in base_spec.get("containers") or []]
     if containers:
         index = next((i for i, c in enumerate(containers) if c.get("name") == names.MODEL_CONTAINER), 0)
         containers[index] = {**containers[index], **{k: v for k, v in model.items() if v is not None}}
@@ -174,11 +174,11 @@ def deployment(pool: InferencePool, settings: OperatorSettings, replicas: int) -
     pod_spec: dict[str, Any] = {
         **base_spec,
         "containers": containers,
-        "initContainers": [*base_spec.get("initContainers", []), _sidecar(pool, settings)],
-        "terminationGracePeriodSeconds": max(grace, base_spec.get("terminationGracePeriodSeconds", 0)),
-        "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}, **base_spec.get("securityContext", {})},
+        "initContainers": [*(base_spec.get("initContainers") or []), _sidecar(pool, settings)],
+        "terminationGracePeriodSeconds": max(grace, base_spec.get("terminationGracePeriodSeconds") or 0),
+        "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}, **(base_spec.get("securityContext") or {})},
         "volumes": [
-            *base_spec.get("volumes", []),
+            *(base_spec.get("volumes") or []),
             *[dict(v) for v in spec.server.volumes],
             {"name": "tidegate-admission-config", "configMap": {"name": names.config_map_name(pool)}},
             {
@@ -190,9 +190,9 @@ def deployment(pool: InferencePool, settings: OperatorSettings, replicas: int) -
     if secret := _api_key_secret(pool):
         pod_spec["volumes"].append({"name": "tidegate-api-keys", "secret": {"secretName": secret}})
     if sched["nodeSelector"]:
-        pod_spec["nodeSelector"] = {**base_spec.get("nodeSelector", {}), **sched["nodeSelector"]}
+        pod_spec["nodeSelector"] = {**(base_spec.get("nodeSelector") or {}), **sched["nodeSelector"]}
     if sched["tolerations"]:
-        pod_spec["tolerations"] = [*base_spec.get("tolerations", []), *sched["tolerations"]]
+        pod_spec["tolerations"] = [*(base_spec.get("tolerations") or []), *sched["tolerations"]]
 
     return {
         "apiVersion": "apps/v1",

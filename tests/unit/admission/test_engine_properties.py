@@ -154,10 +154,13 @@ def test_backlogged_tenants_are_served_in_proportion_to_their_weights(
     # Self-clocked fair queueing bound over any interval where all flows are backlogged:
     # |S_i/w_i - S_j/w_j| <= c_max/w_i + c_max/w_j. Demotion (borrowingCap 1.5) only corrects the
     # warm-up burst and is promoted away once a tenant is back within its share: same bound.
+    # Service is counted at dispatch over a window cut at arbitrary points, so each flow may have
+    # one more request inside it than the bound's interval: twice the bound (hypothesis found 220
+    # against 200 for two equal weights).
     normalized = [served[n] / w for n, w in zip(names, weights, strict=True)]
     for i, wi in enumerate(weights):
         for j, wj in enumerate(weights):
-            assert abs(normalized[i] - normalized[j]) <= MAX_COST / wi + MAX_COST / wj + 1e-6
+            assert abs(normalized[i] - normalized[j]) <= 2 * (MAX_COST / wi + MAX_COST / wj) + 1e-6
     total, total_weight = sum(served.values()), sum(weights)
     for n, w in zip(names, weights, strict=True):
         assert abs(served[n] / total - w / total_weight) <= SHARE_MARGIN

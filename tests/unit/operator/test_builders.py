@@ -1,5 +1,7 @@
 """Desired-state builders: the manifests a platform engineer gets from one InferencePool."""
 
+import re
+
 import yaml
 
 from tests.invalid_pools import valid_pool
@@ -153,3 +155,31 @@ def test_settings_refuse_an_unknown_trigger_authentication_kind() -> None:
 
     with pytest.raises(ValueError, match="TIDEGATE_SCALER_AUTH_KIND"):
         OperatorSettings.from_env({"TIDEGATE_SCALER_AUTH_KIND": "Secret"})
+
+
+BAD_TEMPLATES = [
+    ({"metadata": "x"}, "podTemplate.metadata must be an object"),
+    ({"metadata": {"labels": [1]}}, "podTemplate.metadata.labels must be a map of strings"),
+    ({"spec": "abc"}, "podTemplate.spec must be a PodSpec object"),
+    ({"spec": {"containers": [5]}}, "podTemplate.spec.containers must be a list of objects"),
+    ({"spec": {"terminationGracePeriodSeconds": "30"}}, "terminationGracePeriodSeconds must be an integer"),
+    ({"spec": {"nodeSelector": [1]}}, "podTemplate.spec.nodeSelector must be an object"),
+]
+
+
+def test_pod_templates_tidegate_cannot_build_on_are_refused_naming_the_field() -> None:
+    import pydantic
+    import pytest
+
+    for template, message in BAD_TEMPLATES:
+        with pytest.raises(pydantic.ValidationError, match=re.escape(message)):
+            pool(server={"image": "x", "podTemplate": template})
+    with pytest.raises(pydantic.ValidationError, match=re.escape("resources.requests must be a map")):
+        pool(server={"image": "x", "resources": {"requests": 5}})
+
+
+def test_nulls_in_a_pod_template_mean_absent_as_in_kubernetes() -> None:
+    for template in ({"metadata": {"labels": None}}, {"spec": {"containers": None, "initContainers": None}},
+                     {"spec": {"securityContext": None, "terminationGracePeriodSeconds": None}}):  # fmt: skip
+        dep = builders.deployment(pool(server={"image": "x", "podTemplate": template}), SETTINGS, replicas=1)
+        assert dep["spec"]["template"]["spec"]["containers"][0]["image"] == "x"

@@ -120,3 +120,25 @@ def test_history_stays_small_however_often_it_is_polled() -> None:
     assert len(h) <= 17
     base = h.baseline("p0", snap(240.0), window_s=60)
     assert base is not None and 172.5 <= base.time_s <= 180
+
+
+def test_documents_with_non_finite_times_or_absurd_counters_are_broken_pods() -> None:
+    import math
+
+    import pydantic
+    import pytest
+
+    for bad in ({"time_s": math.nan}, {"time_s": math.inf}, {"admitted_total": 10**400}, {"in_flight_tokens": 10**40}):
+        fields = {"instance_id": "i", "started_at_s": 0.0, "time_s": 1.0, **bad}
+        with pytest.raises(pydantic.ValidationError):
+            StatsSnapshot.model_validate(fields)
+
+
+def test_a_pod_whose_clock_is_far_ahead_or_whose_stats_froze_is_stale_not_idle() -> None:
+    pods = [PodInfo("a", role="active", ready=True), PodInfo("b", role="active", ready=True)]
+    now = 1000.0
+    base = {"a": snap(940, admitted=10, pod="a"), "b": snap(940, admitted=10, pod="b")}
+    future = {"a": snap(1000, admitted=20, pod="a"), "b": snap(now + 1e6, admitted=20, pod="b")}
+    assert observe(pods, future, base, now_s=now, stale_after_s=45, max_window_s=120).stale == ("b",)
+    frozen = {"a": snap(1000, admitted=20, pod="a"), "b": snap(940, admitted=10, pod="b")}  # same document again
+    assert observe(pods, frozen, base, now_s=now - 30, stale_after_s=45, max_window_s=120).stale == ("b",)

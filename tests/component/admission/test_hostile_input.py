@@ -1,0 +1,91 @@
+"""Hostile input found by trying to break the sidecar: each must cost the client a 4xx at most,
+never the sidecar its metrics, a tenant slot, or a 500."""
+
+import asyncio
+import json
+
+import aiohttp
+import pytest
+from aiohttp import web
+
+from .helpers import MODEL, chat, error_of
+
+
+async def _raw_request(port: int, head: bytes, body: bytes) -> bytes:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(head + b"Content-Length: " + str(len(body)).encode() + b"\r\nConnection: close\r\n\r\n" + body)
+    await writer.drain()
+    reply = await reader.read()
+    writer.close()
+    await writer.wait_closed()
+    return reply
+
+
+def _port(sidecar) -> int:
+    return int(sidecar.url.rsplit(":", 1)[1])
+
+
+async def test_invalid_utf8_tenant_header_neither_fails_the_request_nor_breaks_metrics(
+    start_sim, start_sidecar, http
+) -> None:
+    sim = await start_sim(decode_tokens_per_s=1000)
+    sidecar = await start_sidecar(sim.url, admission={"tenancy": {"identity": "header"}})
+    body = json.dumps(chat(max_tokens=2)).encode()
+    head = b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nx-tenant-id: bad\xe9\xff\r\n"
+    reply = await _raw_request(_port(sidecar), head, body)
+    assert reply.startswith(b"HTTP/1.1 200"), reply[:200]
+    async with http.get(f"{sidecar.url}/metrics") as resp:
+        assert resp.status == 200
+        assert "bad\ufffd\ufffd" in await resp.text()
+
+
+async def test_deeply_nested_json_is_a_400_in_the_openai_shape(start_sim, start_sidecar, http) -> None:
+    sim = await start_sim()
+    sidecar = await start_sidecar(sim.url)
+    for depth in (900, 5000):
+        content = "[" * depth + "]" * depth
+        raw = f'{{"model": "{MODEL}", "messages": [{{"role": "user", "content": {content}}}]}}'
+        async with http.post(
+            f"{sidecar.url}/v1/chat/completions", data=raw, headers={"Content-Type": "application/json"}
+        ) as resp:
+            assert resp.status == 400, await resp.text()
+            assert "nested too deeply" in error_of(await resp.json())["message"]
+    stats = sidecar.snapshot()
+    assert (stats.in_flight_requests, stats.in_flight_tokens) == (0, 0)
+
+
+@pytest.mark.parametrize("absurd", [10**400, 10**40])
+async def test_absurd_backend_usage_cannot_leak_a_tenant_slot(start_sidecar, absurd: int) -> None:
+    """An upstream reporting absurd usage: the tenant's concurrency slot comes back every time."""
+
+    async def completions(_request: web.Request) -> web.Response:
+        return web.json_response(
+            {"id": "x", "object": "chat.completion", "model": MODEL, "choices": [],
+             "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": absurd}}
+        )  # fmt: skip
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", completions)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    upstream = f"http://127.0.0.1:{runner.addresses[0][1]}"
+    try:
+        sidecar = await start_sidecar(
+            upstream,
+            admission={"tenancy": {"identity": "header", "default": {"maxConcurrency": 1, "tokensPerSecond": 1000}}},
+        )
+        async with aiohttp.ClientSession() as session:
+            for _ in range(3):
+                async with session.post(
+                    f"{sidecar.url}/v1/chat/completions", json=chat(max_tokens=4), headers={"x-tenant-id": "a"}
+                ) as resp:
+                    assert resp.status in (200, 429), await resp.text()
+                    if resp.status == 429:
+                        retry = int(resp.headers["Retry-After"])
+                        assert 1 <= retry <= 3600, retry  # an honest wait, not 10**16 seconds
+                        assert error_of(await resp.json())["code"] != "tenant_concurrency"
+        stats = sidecar.snapshot()
+        assert (stats.in_flight_requests, stats.in_flight_tokens) == (0, 0)
+    finally:
+        await runner.cleanup()
