@@ -40,6 +40,14 @@ class SidecarConfig(BaseModel):
     namespace: str = Field(default="", max_length=253, description="The pool's namespace (informational).")
     model: ModelSpec
     admission: AdmissionSpec = Field(default_factory=AdmissionSpec)
+    drain_token: str | None = Field(
+        default=None,
+        alias="drainToken",
+        min_length=16,
+        max_length=256,
+        description="Secret the preStop hook sends (header X-Tidegate-Drain-Token) to drain this "
+        "sidecar; without it only loopback callers may drain. The operator sets both.",
+    )
 
 
 def parse(text: str, source: str = "<config>") -> SidecarConfig:

@@ -26,6 +26,8 @@ process exits once nothing is in flight or after the grace period.
 
 import asyncio
 import contextlib
+import hmac
+import ipaddress
 import json
 import logging
 import signal
@@ -54,6 +56,16 @@ log = logging.getLogger(__name__)
 BACKEND_METRICS_PATH = "/metrics"
 BACKEND_HEALTH_PATH = "/health"
 MAX_TENANT_CHARS = 128  # as the API's tenant names: a header cannot grow the counters without bound per key
+
+
+DRAIN_TOKEN_HEADER = "X-Tidegate-Drain-Token"
+
+
+def _loopback(remote: str | None) -> bool:
+    try:
+        return remote is not None and ipaddress.ip_address(remote).is_loopback
+    except ValueError:
+        return False
 
 
 def _header(request: web.Request, name: str) -> str | None:
@@ -361,7 +373,20 @@ class Sidecar:
 
     async def _drain(self, request: web.Request) -> web.Response:
         """Start draining; with ``?wait=true`` answer only when nothing is queued or in flight
-        (or the grace ran out), so a preStop hook holds SIGTERM back until then."""
+        (or the grace ran out), so a preStop hook holds SIGTERM back until then.
+
+        Draining cannot be undone, and this port is the one the pool's Service sends clients to:
+        only a caller with the config's ``drainToken`` (the pod's preStop hook) or a loopback
+        caller may drain; anyone else gets 403.
+        """
+        token = self.config.drain_token
+        offered = request.headers.get(DRAIN_TOKEN_HEADER, "")
+        if not (_loopback(request.remote) or (token and hmac.compare_digest(offered.encode(), token.encode()))):
+            return web.json_response(
+                {"error": {"message": "draining needs the pod's drain token", "type": "forbidden", "code": "forbidden",
+                           "param": None}},
+                status=403,
+            )  # fmt: skip
         self.draining = True
         log.info("draining: refusing new requests, %d in flight", self.engine.in_flight_requests)
         done = True

@@ -58,3 +58,17 @@ def node_pool_name(pool: InferencePool) -> str:
         return name
     digest = hashlib.sha256(name.encode()).hexdigest()[:8]
     return f"{name[:54].rstrip('-')}-{digest}"
+
+
+DRAIN_TOKEN_HEADER = "X-Tidegate-Drain-Token"
+
+
+def drain_token(pool: InferencePool) -> str | None:
+    """The token the pod's preStop hook shows the sidecar to drain it (None without a pool UID).
+
+    Derived from the pool's UID so builders stay deterministic; it is in the pod spec and the
+    admission ConfigMap, so it keeps out clients of the Service, not readers of the namespace.
+    """
+    if not pool.metadata.uid:
+        return None
+    return hashlib.sha256(f"tidegate-drain:{pool.metadata.uid}".encode()).hexdigest()[:32]

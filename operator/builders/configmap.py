@@ -13,13 +13,16 @@ from tidegate.operator import names
 
 
 def admission_config(pool: InferencePool) -> dict[str, Any]:
-    """The config document the sidecar reads: ``{pool, namespace, model, admission}`` (camelCase)."""
-    return {
+    """The config document the sidecar reads: ``{pool, namespace, model, admission, drainToken}``."""
+    config = {
         "pool": pool.metadata.name,
         "namespace": pool.metadata.namespace,
         "model": pool.spec.model.model_dump(mode="json", exclude_none=True),
         "admission": pool.spec.admission.model_dump(mode="json", exclude_none=True),
     }
+    if token := names.drain_token(pool):
+        config["drainToken"] = token
+    return config
 
 
 def admission_config_map(pool: InferencePool) -> dict[str, Any]:

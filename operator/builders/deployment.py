@@ -54,7 +54,7 @@ def _model_container(pool: InferencePool, settings: OperatorSettings) -> dict[st
         "lifecycle": {
             # Blocks until the sidecar has refused new work and finished what is in flight
             # (bounded by the termination grace), so SIGTERM never cuts a generation short.
-            "preStop": {"httpGet": {"path": "/tidegate/drain?wait=true", "port": settings.sidecar_port}}
+            "preStop": {"httpGet": _drain_hook(pool, settings)}
         },
     }
     if server.command:
@@ -76,6 +76,13 @@ def _api_key_secret(pool: InferencePool) -> str | None:
     """The Secret of API-key digests to mount when tenants are identified by API key."""
     tenancy = pool.spec.admission.tenancy
     return tenancy.api_key_secret if tenancy.identity is TenantIdentitySource.API_KEY else None
+
+
+def _drain_hook(pool: InferencePool, settings: OperatorSettings) -> dict[str, Any]:
+    hook: dict[str, Any] = {"path": "/tidegate/drain?wait=true", "port": settings.sidecar_port}
+    if token := names.drain_token(pool):
+        hook["httpHeaders"] = [{"name": names.DRAIN_TOKEN_HEADER, "value": token}]
+    return hook
 
 
 def _sidecar(pool: InferencePool, settings: OperatorSettings) -> dict[str, Any]:

@@ -89,3 +89,31 @@ async def test_absurd_backend_usage_cannot_leak_a_tenant_slot(start_sidecar, abs
         assert (stats.in_flight_requests, stats.in_flight_tokens) == (0, 0)
     finally:
         await runner.cleanup()
+
+
+async def test_only_the_preStop_hook_or_loopback_may_drain_a_replica(start_sim, start_sidecar, tmp_path) -> None:
+    """Clients of the Service reach this port: one GET must not take a replica out for good."""
+    from unittest import mock
+
+    from aiohttp.test_utils import make_mocked_request
+
+    from tidegate.admission.sidecar import DRAIN_TOKEN_HEADER
+
+    sim = await start_sim()
+    config = tmp_path / "config.yaml"
+    config.write_text(f"pool: p\nmodel: {{name: {MODEL}}}\ndrainToken: {'s' * 32}\n")
+    sidecar = await start_sidecar(sim.url, config_path=str(config))
+
+    def from_pod_network(headers: dict[str, str]):
+        transport = mock.Mock()
+        transport.get_extra_info.side_effect = lambda key, default=None: (
+            ("10.244.1.7", 40000) if key == "peername" else default
+        )
+        return make_mocked_request("GET", "/tidegate/drain", headers=headers, transport=transport)
+
+    refused = await sidecar._drain(from_pod_network({}))
+    assert refused.status == 403 and not sidecar.draining
+    refused = await sidecar._drain(from_pod_network({DRAIN_TOKEN_HEADER: "guess" * 8}))
+    assert refused.status == 403 and not sidecar.draining
+    accepted = await sidecar._drain(from_pod_network({DRAIN_TOKEN_HEADER: "s" * 32}))
+    assert accepted.status == 200 and sidecar.draining

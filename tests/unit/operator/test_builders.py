@@ -183,3 +183,18 @@ def test_nulls_in_a_pod_template_mean_absent_as_in_kubernetes() -> None:
                      {"spec": {"securityContext": None, "terminationGracePeriodSeconds": None}}):  # fmt: skip
         dep = builders.deployment(pool(server={"image": "x", "podTemplate": template}), SETTINGS, replicas=1)
         assert dep["spec"]["template"]["spec"]["containers"][0]["image"] == "x"
+
+
+def test_the_prestop_hook_carries_the_drain_token_the_sidecar_config_holds() -> None:
+    from tidegate.admission.config import parse
+
+    body = valid_pool("p")
+    body["metadata"].update({"namespace": "ml", "uid": "0b0e2a4c-1111-2222-3333-444455556666"})
+    p = InferencePool.model_validate(body)
+    hook = builders.deployment(p, SETTINGS, replicas=1)["spec"]["template"]["spec"]["containers"][0]["lifecycle"][
+        "preStop"
+    ]
+    cm = builders.admission_config_map(p)
+    config = parse(cm["data"]["config.yaml"])  # what the sidecar reads
+    assert hook["httpGet"]["httpHeaders"] == [{"name": names.DRAIN_TOKEN_HEADER, "value": config.drain_token}]
+    assert len(config.drain_token) == 32
