@@ -48,6 +48,7 @@ from tidegate.admission.proxy import Forwarder, Relay
 from tidegate.admission.reasons import Reason
 from tidegate.admission.ticket import Ticket, TicketState
 from tidegate.api.admission import TenantIdentitySource
+from tidegate.api.constants import ROLES
 from tidegate.api.serving import Engine as BackendEngine
 from tidegate.api.serving import PromptTokenizer
 
@@ -66,6 +67,12 @@ def _loopback(remote: str | None) -> bool:
         return remote is not None and ipaddress.ip_address(remote).is_loopback
     except ValueError:
         return False
+
+
+def _forbidden(message: str) -> web.Response:
+    return web.json_response(
+        {"error": {"message": message, "type": "forbidden", "code": "forbidden", "param": None}}, status=403
+    )
 
 
 def _header(request: web.Request, name: str) -> str | None:
@@ -122,6 +129,9 @@ class Sidecar:
         )
         self.watcher = watcher
         self.role = read_role(settings.labels_file)
+        # A role pushed by the operator (PUT /tidegate/role), with the file's role at that moment:
+        # it holds until the labels file changes (the kubelet refreshes it only on its sync).
+        self._pushed_role: tuple[str, str] | None = None
         self.api_keys = ApiKeys(settings.api_keys_dir)
         self.draining = False
         self.backend_healthy = True
@@ -143,6 +153,7 @@ class Sidecar:
         app.router.add_get(stats.STATS_PATH, self._stats)
         app.router.add_post("/tidegate/drain", self._drain)
         app.router.add_get("/tidegate/drain", self._drain)  # a preStop httpGet hook
+        app.router.add_put("/tidegate/role", self._push_role)
         app.router.add_get("/healthz", self._healthz)
         app.router.add_get("/readyz", self._readyz)
         app.router.add_route("*", "/{tail:.*}", self.forwarder.pass_through)
@@ -371,6 +382,32 @@ class Sidecar:
         body = {"ready": ready, "role": self.role, "draining": self.draining, "backend_healthy": self.backend_healthy}
         return web.json_response(body, status=200 if ready else 503)
 
+    def _trusted(self, request: web.Request) -> bool:
+        """A control call from the pod itself (loopback) or from the operator (the drain token)."""
+        token = self.config.drain_token
+        offered = request.headers.get(DRAIN_TOKEN_HEADER, "")
+        return _loopback(request.remote) or bool(token and hmac.compare_digest(offered.encode(), token.encode()))
+
+    async def _push_role(self, request: web.Request) -> web.Response:
+        """``PUT /tidegate/role`` ``{"role": "active"|"warm"|"draining"}``: the operator's relabel,
+        applied at once. The downward-API labels file says the same later (the kubelet rewrites
+        it only on its periodic sync, up to about a minute); until it changes, the push holds."""
+        if not self._trusted(request):
+            return _forbidden("changing the role needs the pod's token")
+        try:
+            role = (await request.json())["role"]
+        except (ValueError, KeyError, TypeError):
+            role = None
+        if role not in ROLES:
+            return web.json_response(
+                {"error": {"message": f"role must be one of {list(ROLES)}", "type": "invalid_request_error",
+                           "code": "bad_request", "param": "role"}},
+                status=400,
+            )  # fmt: skip
+        self._pushed_role = (role, read_role(self.settings.labels_file))
+        self.role = role
+        return web.json_response({"role": self.role, "draining": self.draining})
+
     async def _drain(self, request: web.Request) -> web.Response:
         """Start draining; with ``?wait=true`` answer only when nothing is queued or in flight
         (or the grace ran out), so a preStop hook holds SIGTERM back until then.
@@ -379,14 +416,8 @@ class Sidecar:
         only a caller with the config's ``drainToken`` (the pod's preStop hook) or a loopback
         caller may drain; anyone else gets 403.
         """
-        token = self.config.drain_token
-        offered = request.headers.get(DRAIN_TOKEN_HEADER, "")
-        if not (_loopback(request.remote) or (token and hmac.compare_digest(offered.encode(), token.encode()))):
-            return web.json_response(
-                {"error": {"message": "draining needs the pod's drain token", "type": "forbidden", "code": "forbidden",
-                           "param": None}},
-                status=403,
-            )  # fmt: skip
+        if not self._trusted(request):
+            return _forbidden("draining needs the pod's token")
         self.draining = True
         log.info("draining: refusing new requests, %d in flight", self.engine.in_flight_requests)
         done = True
@@ -463,7 +494,11 @@ class Sidecar:
                 task.cancel()
 
     def _reload(self) -> None:
-        self.role = read_role(self.settings.labels_file)
+        from_file = read_role(self.settings.labels_file)
+        if self._pushed_role is not None and self._pushed_role[1] == from_file:
+            self.role = self._pushed_role[0]  # the file has not caught up with the push yet
+        else:
+            self._pushed_role, self.role = None, from_file
         if self.api_keys.reload():
             log.info("API keys reloaded: %d keys", len(self.api_keys))
         if self.watcher is None:

@@ -91,7 +91,33 @@ def pod_view(pod: kubernetes.client.V1Pod, sidecar_port: int) -> warm_pool.PodVi
     )
 
 
-def _relabel(kube: Kube, namespace: str, plan: warm_pool.Plan, now_s: float) -> None:
+def push_role(ip: str | None, port: int, role: str, token: str | None, timeout_s: float = 0.3) -> bool:
+    """Tell a pod's sidecar its new role at once (``PUT /tidegate/role``); False when it does not
+    answer. The downward-API labels file says the same later, so a miss only costs time."""
+    if not ip:
+        return False
+    request = urllib.request.Request(
+        f"http://{ip}:{port}/tidegate/role",
+        data=json.dumps({"role": role}).encode(),
+        method="PUT",
+        headers={"Content-Type": "application/json", **({names.DRAIN_TOKEN_HEADER: token} if token else {})},
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=timeout_s) as resp:
+            return resp.status == 200
+    except OSError:
+        return False
+
+
+def _relabel(
+    kube: Kube,
+    namespace: str,
+    plan: warm_pool.Plan,
+    now_s: float,
+    ips: dict[str, str | None] | None = None,
+    port: int = 0,
+    token: str | None = None,
+) -> None:
     for name in plan.promote:
         kube.patch_pod(
             namespace,
@@ -125,6 +151,11 @@ def _relabel(kube: Kube, namespace: str, plan: warm_pool.Plan, now_s: float) -> 
                 names.ANNOTATION_DRAINING_SINCE: None,
             },
         )
+    ips = ips or {}
+    for names_, role in ((plan.promote, constants.ROLE_ACTIVE), (plan.drain, constants.ROLE_DRAINING),
+                         (plan.return_to_warm, constants.ROLE_WARM)):  # fmt: skip
+        for name in names_:
+            push_role(ips.get(name), port, role, token)
 
 
 def _gpu_pending(pods: list[kubernetes.client.V1Pod], now_s: float, threshold_s: float) -> list[str]:
@@ -217,7 +248,8 @@ def reconcile(
         now_s,
         drain_timeout,
     )
-    _relabel(kube, ns, plan, now_s)
+    ips = {p.metadata.name: p.status.pod_ip for p in pods}
+    _relabel(kube, ns, plan, now_s, ips, settings.sidecar_port, names.drain_token(pool))
     events = []
     active_before = plan.active - len(plan.promote) + len(plan.drain)
     if plan.promote:

@@ -117,3 +117,27 @@ async def test_only_the_preStop_hook_or_loopback_may_drain_a_replica(start_sim, 
     assert refused.status == 403 and not sidecar.draining
     accepted = await sidecar._drain(from_pod_network({DRAIN_TOKEN_HEADER: "s" * 32}))
     assert accepted.status == 200 and sidecar.draining
+
+
+async def test_a_pushed_role_serves_at_once_and_holds_until_the_labels_file_changes(
+    start_sim, start_sidecar, http, tmp_path
+) -> None:
+    """The kubelet rewrites the labels file only on its sync; the operator's push cannot wait for it."""
+    from .helpers import eventually
+
+    sim = await start_sim(decode_tokens_per_s=1000)
+    labels = tmp_path / "labels"
+    labels.write_text('tidegate.dev/pool="p"\ntidegate.dev/role="warm"\n')
+    sidecar = await start_sidecar(sim.url, labels_file=str(labels), reload_s=0.05)
+    async with http.post(f"{sidecar.url}/v1/chat/completions", json=chat(max_tokens=2)) as resp:
+        assert resp.status == 503  # warm: not serving
+    async with http.put(f"{sidecar.url}/tidegate/role", json={"role": "active"}) as resp:
+        assert resp.status == 200
+    async with http.post(f"{sidecar.url}/v1/chat/completions", json=chat(max_tokens=2)) as resp:
+        assert resp.status == 200
+    await asyncio.sleep(0.2)  # several reloads of the unchanged (stale) file: the push holds
+    assert sidecar.role == "active"
+    labels.write_text('tidegate.dev/pool="p"\ntidegate.dev/role="draining"\n')  # the kubelet caught up, later
+    await eventually(lambda: sidecar.role == "draining", what="the labels file to win once it changes")
+    async with http.put(f"{sidecar.url}/tidegate/role", json={"role": "boss"}) as resp:
+        assert resp.status == 400
