@@ -1,37 +1,15 @@
-"""Fixtures: a sim-backend and a real sidecar in front of it, both on random loopback ports."""
+"""Fixtures: a real sidecar on a random loopback port (sim-backends and ``http``: tests/component/conftest.py)."""
 
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
-import aiohttp
 import pytest
 
 from tidegate.admission.config import ConfigWatcher, SidecarConfig, SidecarSettings
 from tidegate.admission.engine import EngineTuning
 from tidegate.admission.sidecar import Sidecar
-from tidegate.sim.replica import ReplicaConfig
-from tidegate.sim.server import SimBackend, SimSettings
 
 from .helpers import MODEL
-
-
-@pytest.fixture
-async def start_sim() -> AsyncIterator[Callable[..., Awaitable[SimBackend]]]:
-    """``await start_sim(decode_tokens_per_s=20, ...)``: ReplicaConfig or SimSettings fields."""
-    servers: list[SimBackend] = []
-    replica_fields = set(ReplicaConfig.__dataclass_fields__)
-
-    async def _start(**kw: Any) -> SimBackend:
-        kw.setdefault("prefill_tokens_per_s", 1_000_000.0)
-        replica = ReplicaConfig(**{k: v for k, v in kw.items() if k in replica_fields})
-        sim = SimBackend(SimSettings(replica=replica, **{k: v for k, v in kw.items() if k not in replica_fields}))
-        await sim.start("127.0.0.1", 0)
-        servers.append(sim)
-        return sim
-
-    yield _start
-    for sim in servers:
-        await sim.stop()
 
 
 @pytest.fixture
@@ -66,9 +44,3 @@ async def start_sidecar() -> AsyncIterator[Callable[..., Awaitable[Sidecar]]]:
     yield _start
     for sidecar in sidecars:
         await sidecar.stop()
-
-
-@pytest.fixture
-async def http() -> AsyncIterator[aiohttp.ClientSession]:
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as session:
-        yield session

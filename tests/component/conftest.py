@@ -1,4 +1,4 @@
-"""Fixtures: sim-backends on random loopback ports, an HTTP client, SSE and metrics readers."""
+"""Fixtures shared by the component tier: sim-backends on random loopback ports and an HTTP client."""
 
 from collections.abc import AsyncIterator, Awaitable, Callable
 
@@ -33,5 +33,5 @@ async def start_sim() -> AsyncIterator[Callable[..., Awaitable[SimBackend]]]:
 
 @pytest.fixture
 async def http() -> AsyncIterator[aiohttp.ClientSession]:
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=20)) as session:
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as session:
         yield session
