@@ -1,19 +1,16 @@
-"""``tidegate operator``: run the kopf operator (same as ``kopf run -m tidegate.operator.handlers``)."""
+"""``tidegate operator``: run the kopf operator (same as ``kopf run --standalone -A -m tidegate.operator.handlers``)."""
 
 import argparse
 from typing import Any
 
 
 def _run(args: argparse.Namespace) -> int:
-    import logging
-
     import kopf
 
     from tidegate.operator import handlers  # noqa: F401  (registers the handlers)
 
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s"
-    )
+    # kopf.configure installs the one root handler (plain or JSON); a second one would print
+    # every line twice.
     kopf.configure(verbose=args.verbose, log_format=kopf.LogFormat.JSON if args.log_json else kopf.LogFormat.PLAIN)
     kopf.run(
         standalone=True,

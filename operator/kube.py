@@ -6,6 +6,7 @@ next reconcile, while fields tidegate never sets (another controller's annotatio
 left alone. Errors surface as ``kubernetes.client.ApiException``; the handlers translate them.
 """
 
+import datetime
 import functools
 import logging
 from typing import Any
@@ -98,6 +99,7 @@ class Kube:
     def event(self, pool: dict[str, Any], reason: str, message: str, warning: bool = False) -> None:
         """Post an Event on the pool (``kubectl describe`` shows it)."""
         meta = pool["metadata"]
+        now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         body = {
             "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
             "involvedObject": {
@@ -109,6 +111,9 @@ class Kube:
             },
             "reason": reason,
             "message": message[:1024],
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
             "type": "Warning" if warning else "Normal",
             "source": {"component": "tidegate-operator"},
         }
