@@ -119,10 +119,16 @@ def test_scale_up_promotes_warm_replicas_then_refills_the_warm_pool(api_client, 
     # The two new active pods are the two that were warm (loaded), not new cold pods.
     assert warm_before <= {n for n, r in promoted.items() if r == "active"}
     _wait_roles(api_client, namespace, "s", active=3, warm=2)
-    events = kubernetes.client.CoreV1Api(api_client).list_namespaced_event(
-        namespace, field_selector="involvedObject.name=s"
+    core = kubernetes.client.CoreV1Api(api_client)
+    # The Event is posted after the relabel (and the promotion may take two reconciles when the
+    # second warm pod's readiness lands a moment later): wait for the one that reaches 3.
+    wait_for(
+        lambda: any(
+            e.message.startswith("promoted") and e.message.endswith("-> 3 active")
+            for e in core.list_namespaced_event(namespace, field_selector="involvedObject.name=s").items
+        ),
+        what="an Event 'promoted ... -> 3 active'",
     )
-    assert any("promoted 2 warm replica(s): 1 -> 3 active" in e.message for e in events.items)
     print(f"scale write -> 2 warm pods active: {latency_s:.2f} s")
 
 
