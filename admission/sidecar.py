@@ -32,6 +32,7 @@ import json
 import logging
 import signal
 import time
+import urllib.parse
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -156,7 +157,7 @@ class Sidecar:
         app.router.add_put("/tidegate/role", self._push_role)
         app.router.add_get("/healthz", self._healthz)
         app.router.add_get("/readyz", self._readyz)
-        app.router.add_route("*", "/{tail:.*}", self.forwarder.pass_through)
+        app.router.add_route("*", "/{tail:.*}", self._pass_through)
         app.on_startup.append(self._on_startup)
         app.on_cleanup.append(self._on_cleanup)
         return app
@@ -381,6 +382,15 @@ class Sidecar:
         ready = self.serving and self.backend_healthy
         body = {"ready": ready, "role": self.role, "draining": self.draining, "backend_healthy": self.backend_healthy}
         return web.json_response(body, status=200 if ready else 503)
+
+    async def _pass_through(self, request: web.Request) -> web.StreamResponse:
+        """Other paths go to the model server unchanged, except ones with dot or empty segments:
+        a backend that normalises ``/v1/./chat/completions`` would serve it without admission."""
+        segments = urllib.parse.unquote(request.rel_url.raw_path).split("/")[1:]
+        if any(seg in (".", "..") for seg in segments) or "" in segments[:-1]:
+            body = errors.error_body(400, "paths with '.', '..' or empty segments are not accepted", "bad_request")
+            return web.Response(status=400, body=body, content_type="application/json")
+        return await self.forwarder.pass_through(request)
 
     def _trusted(self, request: web.Request) -> bool:
         """A control call from the pod itself (loopback) or from the operator (the drain token)."""

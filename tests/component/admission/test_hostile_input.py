@@ -141,3 +141,25 @@ async def test_a_pushed_role_serves_at_once_and_holds_until_the_labels_file_chan
     await eventually(lambda: sidecar.role == "draining", what="the labels file to win once it changes")
     async with http.put(f"{sidecar.url}/tidegate/role", json={"role": "boss"}) as resp:
         assert resp.status == 400
+
+
+@pytest.mark.parametrize(
+    "path", ["/v1/./chat/completions", "/v1/chat/../chat/completions", "/v1/%2e/completions", "//v1/chat/completions"]
+)
+async def test_dot_segment_paths_cannot_slip_past_admission(start_sim, start_sidecar, path: str) -> None:
+    sim = await start_sim(decode_tokens_per_s=1000)
+    sidecar = await start_sidecar(sim.url)
+    body = json.dumps(chat(max_tokens=2)).encode()
+    reply = await _raw_request(
+        _port(sidecar), f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n".encode(), body
+    )
+    assert reply.startswith(b"HTTP/1.1 400"), reply[:200]
+    assert b'"bad_request"' in reply
+    assert sidecar.snapshot().admitted_total == 0
+
+
+async def test_ordinary_other_paths_still_pass_through(start_sim, start_sidecar, http) -> None:
+    sim = await start_sim()
+    sidecar = await start_sidecar(sim.url)
+    async with http.get(f"{sidecar.url}/v1/models") as resp:
+        assert resp.status == 200 and (await resp.json())["data"][0]["id"] == MODEL
