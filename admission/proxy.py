@@ -150,6 +150,8 @@ class Forwarder:
                             relay.used_tokens = None
                         relay.usage_reported = relay.used_tokens is not None
                 response = web.Response(status=upstream.status, body=data, headers=_response_headers(upstream))
+                if upstream.status in (429, 503):
+                    _honest_retry_headers(response, upstream.headers.get("Retry-After"))
             if relay.chunks and not relay.usage_reported:
                 relay.used_tokens = prompt_tokens + relay.chunks  # counted: ~one token per event
             return response
@@ -168,7 +170,9 @@ class Forwarder:
         except TimeoutError:
             relay.completion = Completion.FAILURE
             if response is not None:
-                return response
+                return await _stream_error(
+                    response, 504, f"the model server did not finish within {timeout_s:g} s", "upstream_timeout"
+                )
             status, hdrs, body_bytes = (
                 504,
                 {"Content-Type": "application/json"},
@@ -178,7 +182,9 @@ class Forwarder:
         except aiohttp.ClientError as exc:
             relay.completion = Completion.FAILURE
             if response is not None:
-                return response
+                return await _stream_error(
+                    response, 502, f"the model server failed mid-stream: {type(exc).__name__}", "upstream_error"
+                )
             return web.Response(
                 status=502, headers={"Content-Type": "application/json"},
                 body=errors.error_body(502, f"model server unreachable: {type(exc).__name__}", "upstream_error"),
@@ -268,3 +274,23 @@ class Forwarder:
 
 def _response_headers(upstream: aiohttp.ClientResponse) -> dict[str, str]:
     return {k: v for k, v in upstream.headers.items() if k.lower() not in HOP_BY_HOP}
+
+
+async def _stream_error(response: web.StreamResponse, status: int, message: str, code: str) -> web.StreamResponse:
+    """End a stream the upstream broke with an SSE error event, so the client never mistakes a
+    truncated answer for a complete one (the HTTP status was already sent as 200)."""
+    with contextlib.suppress(ConnectionError, aiohttp.ClientConnectionResetError):
+        await response.write(b"data: " + errors.error_body(status, message, code) + b"\n\n")
+        await response.write_eof()
+    return response
+
+
+def _honest_retry_headers(response: web.Response, upstream_value: str | None) -> None:
+    """An upstream 429/503 relayed with the same retry contract as our own: ``Retry-After`` in whole
+    seconds >= 1 and ``retry-after-ms`` (OpenAI SDKs read both)."""
+    try:
+        seconds = max(1, int(float(upstream_value))) if upstream_value else 1
+    except ValueError:  # an HTTP date or garbage: the conservative floor
+        seconds = 1
+    response.headers["Retry-After"] = str(seconds)
+    response.headers["retry-after-ms"] = str(seconds * 1000)

@@ -163,3 +163,50 @@ async def test_ordinary_other_paths_still_pass_through(start_sim, start_sidecar,
     sidecar = await start_sidecar(sim.url)
     async with http.get(f"{sidecar.url}/v1/models") as resp:
         assert resp.status == 200 and (await resp.json())["data"][0]["id"] == MODEL
+
+
+async def _fake_upstream(handler) -> tuple[web.AppRunner, str]:
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", handler)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    return runner, f"http://127.0.0.1:{runner.addresses[0][1]}"
+
+
+@pytest.mark.parametrize("upstream_retry", [None, "0", "Wed, 21 Oct 2026 07:28:00 GMT"])
+async def test_upstream_429_reaches_the_client_with_an_honest_retry_after(start_sidecar, http, upstream_retry) -> None:
+    async def busy(_request: web.Request) -> web.Response:
+        headers = {"Retry-After": upstream_retry} if upstream_retry is not None else {}
+        return web.json_response({"error": {"message": "busy"}}, status=429, headers=headers)
+
+    runner, url = await _fake_upstream(busy)
+    try:
+        sidecar = await start_sidecar(url)
+        async with http.post(f"{sidecar.url}/v1/chat/completions", json=chat(max_tokens=2)) as resp:
+            assert resp.status == 429
+            assert int(resp.headers["Retry-After"]) >= 1 and int(resp.headers["retry-after-ms"]) >= 1000
+    finally:
+        await runner.cleanup()
+
+
+async def test_a_stream_the_upstream_breaks_ends_with_an_error_event_not_silence(start_sidecar, http) -> None:
+    async def breaks(request: web.Request) -> web.StreamResponse:
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        for i in range(3):
+            await resp.write(f'data: {{"choices": [{{"index": 0, "delta": {{"content": "t{i}"}}}}]}}\n\n'.encode())
+        request.transport.close()  # the model server dies mid-stream
+        return resp
+
+    runner, url = await _fake_upstream(breaks)
+    try:
+        sidecar = await start_sidecar(url)
+        async with http.post(f"{sidecar.url}/v1/chat/completions", json=chat(max_tokens=20, stream=True)) as resp:
+            text = (await resp.read()).decode()
+        last = [line for line in text.splitlines() if line.startswith("data: ")][-1]
+        assert json.loads(last[len("data: ") :])["error"]["code"] == "upstream_error", text
+        stats = sidecar.snapshot()
+        assert (stats.in_flight_requests, stats.in_flight_tokens) == (0, 0)
+    finally:
+        await runner.cleanup()
