@@ -18,7 +18,7 @@ from typing import Any
 
 import kubernetes
 
-from tidegate.admission.stats import STATS_PATH
+from tidegate.admission.stats import STATS_PATH, StatsSnapshot
 from tidegate.api import API_VERSION, KIND, constants
 from tidegate.api.pool import InferencePool
 from tidegate.operator import builders, conditions, names, signal, warm_pool
@@ -69,8 +69,8 @@ def _in_flight(pod: kubernetes.client.V1Pod, port: int, timeout_s: float = 0.3) 
         return None
     try:
         with urllib.request.urlopen(f"http://{ip}:{port}{STATS_PATH}", timeout=timeout_s) as resp:
-            return int(json.loads(resp.read())["in_flight_requests"])
-    except (OSError, ValueError, KeyError):
+            return StatsSnapshot.model_validate_json(resp.read()).in_flight_requests  # the shared contract
+    except (OSError, ValueError):  # pydantic's ValidationError is a ValueError
         return None
 
 

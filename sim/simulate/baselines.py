@@ -28,13 +28,14 @@ needs a node and a model load, as with a plain Deployment.
   which reads ~100% at any batch size. Source: NVIDIA dcgm-exporter docs; the HPA docs.
 """
 
+import abc
 from typing import Any
 
 from tidegate.sim.simulate.cluster import Pod
 from tidegate.sim.simulate.hpa import DEFAULT_BEHAVIOR, MetricType
 
 
-class Policy:
+class Policy(abc.ABC):
     """Direct routing, no admission; subclasses give the scaling metric (and may route smarter)."""
 
     name = "base"
@@ -45,7 +46,7 @@ class Policy:
         self._rr = 0
         self.params = sim.scenario.baselines
 
-    def attach(self, sim: Any, pod: Pod) -> None:
+    def attach(self, sim: Any, pod: Pod) -> None:  # noqa: B027 (an optional hook)
         """``pod`` is ready (model loaded)."""
 
     def route(self, sim: Any, req: Any) -> Pod | str:
@@ -63,13 +64,13 @@ class Policy:
         else:
             sim.start(req, pod)
 
-    def on_finish(self, sim: Any, req: Any, pod: Pod) -> None:
+    def on_finish(self, sim: Any, req: Any, pod: Pod) -> None:  # noqa: B027 (an optional hook)
         """``req`` finished on ``pod``."""
 
-    def on_abort(self, sim: Any, req: Any, pod: Pod) -> None:
+    def on_abort(self, sim: Any, req: Any, pod: Pod) -> None:  # noqa: B027 (an optional hook)
         """The client of ``req`` left while it ran on ``pod`` (already aborted there)."""
 
-    def on_cancel(self, sim: Any, req: Any) -> None:
+    def on_cancel(self, sim: Any, req: Any) -> None:  # noqa: B027 (an optional hook)
         """The client of ``req`` left before it reached a model server."""
 
     def on_pod_lost(self, sim: Any, pod: Pod) -> list[Any]:
@@ -84,14 +85,15 @@ class Policy:
         reads ``scale.Spec.Replicas``), not the pods that are ready."""
         return sim.desired
 
+    @abc.abstractmethod
     def metric(self, sim: Any) -> tuple[float, float, MetricType]:
-        raise NotImplementedError
+        """``(metric value, target, metric type)`` the HPA computes the desired count from."""
 
     def hpa_behavior(self, scenario: Any) -> dict[str, Any]:
         """The HPA ``behavior`` of this policy's scale target: the HPA's defaults."""
         return DEFAULT_BEHAVIOR
 
-    def tick(self, sim: Any) -> None:
+    def tick(self, sim: Any) -> None:  # noqa: B027 (an optional hook)
         """Periodic upkeep every 0.1 s (only when ``ticks``)."""
 
     def _waiting(self, sim: Any) -> int:
