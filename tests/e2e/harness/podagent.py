@@ -223,8 +223,9 @@ class PodAgent:
         log.info("pod %s (%s): started sim-backend and sidecar", name, ip)
 
     def _stop_pod(self, name: str) -> None:
+        """Stop a pod's processes, then forget it: :meth:`running` lists a pod until both have exited."""
         with self._lock:
-            pod = self.pods.pop(name, None)
+            pod = self.pods.get(name)
         if pod is None:
             return
         for proc in (pod.sidecar, pod.sim):
@@ -232,6 +233,9 @@ class PodAgent:
                 proc.terminate()
         for proc in (pod.sidecar, pod.sim):
             procs.stop(proc, grace_s=4.0)
+        with self._lock:
+            if self.pods.get(name) is pod:
+                del self.pods[name]
         log.info("pod %s: stopped", name)
 
     def _check_processes(self) -> None:
