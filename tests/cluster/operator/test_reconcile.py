@@ -163,7 +163,11 @@ def test_deleted_children_are_recreated(api_client, namespace: str) -> None:
     _create(api_client, namespace, _pool("r"))
     core = kubernetes.client.CoreV1Api(api_client)
     wait_for(
-        lambda: core.list_namespaced_config_map(namespace, label_selector="tidegate.dev/pool=r").items, what="ConfigMap"
+        lambda: (
+            core.list_namespaced_config_map(namespace, field_selector="metadata.name=r-admission").items
+            and core.list_namespaced_service(namespace, field_selector="metadata.name=r").items
+        ),
+        what="ConfigMap and Service created",
     )
     core.delete_namespaced_config_map("r-admission", namespace)
     core.delete_namespaced_service("r", namespace)
