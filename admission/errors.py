@@ -8,6 +8,9 @@ reason                           status  meaning for the client
                                          (code ``context_length_exceeded``)
 ``request_too_large``            413     body over ``maxRequestBytes``, or the cost
                                          can never fit the replica or the tenant
+``bad_request``                  408     the body did not arrive within
+                                         ``bodyReadTimeoutSeconds`` (code
+                                         ``body_read_timeout``; the connection closes)
 ``unauthorized``                 401     unknown API key
 ``tenant_concurrency``,          429     this tenant is over its quota: back off
 ``tenant_rate``
@@ -18,8 +21,8 @@ queue, KV, GPU, circuit, SLO)            (another replica, or after Retry-After)
 
 Every 429 and 503 carries ``Retry-After`` (whole seconds, at least 1, rounded up) and
 ``retry-after-ms`` (the engine's drain/refill/cooldown estimate in milliseconds, at least
-:data:`MIN_RETRY_MS`), which the official OpenAI SDKs honour. 400/401/413 carry none: retrying
-the same request cannot help.
+:data:`MIN_RETRY_MS`), which the official OpenAI SDKs honour. 400/401/408/413 carry none: retrying
+the same request cannot help (or, for 408, only a faster client can).
 
 Body shape (OpenAI)::
 
@@ -32,6 +35,8 @@ import math
 from tidegate.admission.reasons import CAPACITY_REASONS, Reason
 
 MIN_RETRY_MS = 100
+BODY_READ_TIMEOUT = "body_read_timeout"
+"""The ``code`` of a ``bad_request`` whose body was too slow to arrive (HTTP 408)."""
 _POLICY_429 = frozenset({Reason.TENANT_CONCURRENCY, Reason.TENANT_RATE})
 
 
@@ -40,7 +45,7 @@ def status_of(reason: Reason, code: str | None = None) -> int:
     if reason is Reason.REQUEST_TOO_LARGE:
         return 400 if code == "context_length_exceeded" else 413
     if reason is Reason.BAD_REQUEST:
-        return 400
+        return 408 if code == BODY_READ_TIMEOUT else 400
     if reason is Reason.UNAUTHORIZED:
         return 401
     if reason in _POLICY_429:
@@ -50,8 +55,8 @@ def status_of(reason: Reason, code: str | None = None) -> int:
     raise ValueError(f"no HTTP status for reason {reason!r}")
 
 
-_TYPES = {400: "invalid_request_error", 401: "authentication_error", 413: "invalid_request_error",
-          429: "rate_limit_error", 503: "service_unavailable_error"}  # fmt: skip
+_TYPES = {400: "invalid_request_error", 401: "authentication_error", 408: "invalid_request_error",
+          413: "invalid_request_error", 429: "rate_limit_error", 503: "service_unavailable_error"}  # fmt: skip
 
 
 def error_body(status: int, message: str, code: str, param: str | None = None) -> bytes:

@@ -19,6 +19,10 @@ Release exactly once: the admitted path releases its ticket in one ``finally``; 
 cancelled while queued (the client went away; aiohttp cancels handlers on disconnect) cancels
 its ticket, which is then never dispatched.
 
+Slow clients: the body of an admitted path must arrive within ``bodyReadTimeoutSeconds`` of the
+handler starting (a total deadline, so trickling a byte at a time does not extend it), else 408
+``body_read_timeout`` and the connection is closed. Nothing is reserved before the body is read.
+
 Draining (SIGTERM, or ``POST``/``GET /tidegate/drain[?wait=true]`` from a preStop hook): new requests get 503 ``not_active`` with
 ``Retry-After: 1``, readiness turns false, queued and in-flight requests finish; on SIGTERM the
 process exits once nothing is in flight or after the grace period.
@@ -237,10 +241,21 @@ class Sidecar:
             self.metrics.decision(early)
             return self._rejection(early)
         try:
-            raw = await read_limited(request, admission.max_request_bytes)
+            async with asyncio.timeout(admission.body_read_timeout_seconds):
+                raw = await read_limited(request, admission.max_request_bytes)
         except BodyTooLarge:
             return self._refuse(tenant, priority, Reason.REQUEST_TOO_LARGE,
                                 f"request body over {admission.max_request_bytes} bytes", code="request_body_too_large")  # fmt: skip
+        except TimeoutError:  # slow-loris: the connection is closed, its unread rest is never waited for
+            response = self._refuse(
+                tenant, priority, Reason.BAD_REQUEST, code=errors.BODY_READ_TIMEOUT,
+                message=f"the request body did not arrive within {admission.body_read_timeout_seconds:g} s",
+            )  # fmt: skip
+            response.force_close()  # "Connection: close"; then close it ourselves, or aiohttp would linger
+            await response.prepare(request)  # reading the rest of the body for up to 10 s
+            await response.write_eof()
+            request.protocol.force_close()
+            return response
         try:
             body = json.loads(raw)
         except (ValueError, UnicodeDecodeError):

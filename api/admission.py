@@ -321,6 +321,14 @@ class AdmissionSpec(ApiModel):
         le=1024 * 1024 * 1024,
         description="Largest request body accepted (413 above).",
     )
+    body_read_timeout_seconds: float = Field(
+        default=30.0,
+        gt=0,
+        le=3600,
+        description="Longest the sidecar waits for a request's whole body once its headers arrived. A client "
+        "that sends its body too slowly (or stops) gets 408 and the connection is closed; nothing is reserved "
+        "before the body is read.",
+    )
     request_timeout_seconds: int = Field(
         default=600,
         ge=1,
