@@ -15,7 +15,12 @@ Guarantees of :meth:`Forwarder.forward` (the admitted path):
 - when the client goes away mid-stream the upstream connection is closed at once (not returned
   to the pool), which is how vLLM, llama.cpp and TGI learn to abort the generation.
 
-Upstream errors before any byte reached the client become OpenAI-style 502 / 504 answers.
+Upstream errors before any byte reached the client become OpenAI-style 502 / 504 answers. An
+upstream 5xx keeps its status, but its body is always an OpenAI error: one already in that shape
+is relayed as is; anything else (an HTML page from a proxy, a plain-text crash, vLLM's older flat
+``{"object": "error", "message"}``, TGI's ``{"error": "..."}``, FastAPI's ``{"detail": "..."}``) becomes
+``{"error": {"message", "type": "api_error", "param": null, "code": "upstream_error"}}`` with the
+upstream's message when it has one of at most :data:`MAX_RELAYED_MESSAGE_CHARS` characters.
 """
 
 import asyncio
@@ -38,6 +43,9 @@ HOP_BY_HOP = frozenset(
      "transfer-encoding", "upgrade", "host", "content-length"}
 )  # fmt: skip
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+MAX_RELAYED_MESSAGE_CHARS = 512
+"""An upstream error text longer than this is summarised, not relayed (it is usually an HTML page)."""
+_REPLACED_HEADERS = frozenset({"content-type", "content-encoding", "content-length"})
 
 
 @dataclass(slots=True)
@@ -149,7 +157,10 @@ class Forwarder:
                         except ValueError:
                             relay.used_tokens = None
                         relay.usage_reported = relay.used_tokens is not None
-                response = web.Response(status=upstream.status, body=data, headers=_response_headers(upstream))
+                if upstream.status >= 500:
+                    response = _upstream_error(upstream, data)
+                else:
+                    response = web.Response(status=upstream.status, body=data, headers=_response_headers(upstream))
                 if upstream.status in (429, 503):
                     _honest_retry_headers(response, upstream.headers.get("Retry-After"))
             if relay.chunks and not relay.usage_reported:
@@ -274,6 +285,30 @@ class Forwarder:
 
 def _response_headers(upstream: aiohttp.ClientResponse) -> dict[str, str]:
     return {k: v for k, v in upstream.headers.items() if k.lower() not in HOP_BY_HOP}
+
+
+def _upstream_error(upstream: aiohttp.ClientResponse, data: bytes) -> web.Response:
+    """An upstream 5xx answer for the client: same status, an OpenAI error body (module docstring)."""
+    text = data.decode("utf-8", "replace").strip()
+    try:
+        doc: Any = json.loads(text) if text else None
+    except (ValueError, RecursionError):
+        doc = text  # not JSON: the text is the message
+    if isinstance(doc, dict):
+        inner = doc.get("error")
+        if isinstance(inner, dict) and isinstance(inner.get("message"), str):
+            return web.Response(status=upstream.status, body=data, headers=_response_headers(upstream))
+        doc = inner if isinstance(inner, str) else doc.get("message", doc.get("detail"))  # TGI, vLLM, FastAPI
+    message = doc.strip() if isinstance(doc, str) else ""
+    if not text:
+        message = f"the model server answered HTTP {upstream.status} with an empty body"
+    elif not message or len(message) > MAX_RELAYED_MESSAGE_CHARS:
+        message = f"the model server answered HTTP {upstream.status} ({len(data)} bytes of {upstream.content_type}, not shown)"
+    headers = {k: v for k, v in _response_headers(upstream).items() if k.lower() not in _REPLACED_HEADERS}
+    headers["Content-Type"] = "application/json"
+    return web.Response(
+        status=upstream.status, headers=headers, body=errors.error_body(upstream.status, message, "upstream_error")
+    )
 
 
 async def _stream_error(response: web.StreamResponse, status: int, message: str, code: str) -> web.StreamResponse:

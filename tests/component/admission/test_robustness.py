@@ -6,8 +6,9 @@ import json
 import time
 
 import pytest
+from aiohttp import web
 
-from .helpers import error_of
+from .helpers import chat, error_of
 
 
 def _port(sidecar) -> int:
@@ -73,3 +74,68 @@ async def test_a_client_that_stops_sending_its_body_gets_408_and_holds_nothing(
     assert engine.counters.admitted_total == 0
     assert dict(engine.counters.rejected_total) == {"bad_request": 1}  # a policy refusal: never buys GPUs
     assert sim.model.num_running == 0
+
+
+async def _upstream(routes: dict[str, object]) -> tuple[web.AppRunner, str]:
+    """A tiny model server over loopback: ``{"POST /v1/chat/completions": handler, "GET /metrics": ...}``."""
+    app = web.Application()
+    for key, handler in routes.items():
+        method, path = key.split(" ", 1)
+        app.router.add_route(method, path, handler)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    return runner, f"http://127.0.0.1:{runner.addresses[0][1]}"
+
+
+@pytest.mark.parametrize(
+    ("status", "content_type", "body", "message"),
+    [
+        (502, "text/html", b"<html><body><h1>502 Bad Gateway</h1></body></html>", "<html><body><h1>502 Bad Gateway</h1></body></html>"),
+        (500, "text/plain", b"CUDA error: an illegal memory access was encountered\n", "CUDA error: an illegal memory access was encountered"),
+        (503, "text/html", b"<p>" + b"x" * 5000 + b"</p>", "the model server answered HTTP 503 (5007 bytes of text/html, not shown)"),
+        (500, "application/json", b'{"object": "error", "message": "engine dead", "type": "InternalServerError", "code": 500}', "engine dead"),
+        (500, "application/json", b'{"error": "Input validation error", "error_type": "validation"}', "Input validation error"),
+        (500, "application/json", b'{"detail": "Internal Server Error"}', "Internal Server Error"),
+        (500, "application/json", b"", "the model server answered HTTP 500 with an empty body"),
+    ],
+    ids=["html-502", "plain-500", "long-html-503", "vllm-flat-json", "tgi-json", "fastapi-detail", "empty"],
+)  # fmt: skip
+async def test_an_upstream_5xx_in_any_shape_reaches_the_client_as_an_openai_error(
+    start_sidecar, http, status: int, content_type: str, body: bytes, message: str
+) -> None:
+    async def fails(_request: web.Request) -> web.Response:
+        return web.Response(status=status, body=body, content_type=content_type)
+
+    runner, url = await _upstream({"POST /v1/chat/completions": fails})
+    try:
+        sidecar = await start_sidecar(url, model={"engine": "openai"})
+        async with http.post(f"{sidecar.url}/v1/chat/completions", json=chat(max_tokens=2)) as resp:
+            assert resp.status == status  # the status is the upstream's
+            assert resp.content_type == "application/json"
+            err = error_of(await resp.json())
+            if status == 503:
+                assert int(resp.headers["Retry-After"]) >= 1
+        assert err["message"] == message
+        assert err["code"] == "upstream_error"
+        assert err["type"] == ("service_unavailable_error" if status == 503 else "api_error")
+        assert sidecar.engine.breaker._consecutive_failures == 1  # still a breaker failure
+        assert sidecar.engine.in_flight_requests == 0
+    finally:
+        await runner.cleanup()
+
+
+async def test_an_upstream_5xx_already_in_the_openai_shape_is_relayed_unchanged(start_sidecar, http) -> None:
+    doc = {"error": {"message": "out of memory", "type": "InternalServerError", "param": None, "code": 500}}
+
+    async def fails(_request: web.Request) -> web.Response:
+        return web.json_response(doc, status=500)
+
+    runner, url = await _upstream({"POST /v1/chat/completions": fails})
+    try:
+        sidecar = await start_sidecar(url, model={"engine": "openai"})
+        async with http.post(f"{sidecar.url}/v1/chat/completions", json=chat(max_tokens=2)) as resp:
+            assert resp.status == 500 and await resp.json() == doc
+        assert sidecar.engine.breaker._consecutive_failures == 1
+    finally:
+        await runner.cleanup()
