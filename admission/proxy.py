@@ -12,6 +12,10 @@ Guarantees of :meth:`Forwarder.forward` (the admitted path):
 - the outcome is reported exactly once through the returned :class:`Relay` record, on every path:
   completion (``success``), upstream 5xx / connection error / timeout / broken stream
   (``failure``), upstream 4xx incl. 429 (``neutral``), client gone (``cancelled``);
+- a stream the upstream ends (even cleanly) without saying it is over, i.e. neither
+  ``data: [DONE]`` nor a chunk with a ``finish_reason``, is truncated: the client gets an SSE
+  error event (``upstream_error``) and the outcome is ``failure``. A ``finish_reason`` without
+  ``[DONE]`` counts as over (TGI before 2.2 sent no ``[DONE]``); nothing is added for the client;
 - when the client goes away mid-stream the upstream connection is closed at once (not returned
   to the pool), which is how vLLM, llama.cpp and TGI learn to abort the generation.
 
@@ -26,6 +30,7 @@ upstream's message when it has one of at most :data:`MAX_RELAYED_MESSAGE_CHARS` 
 import asyncio
 import contextlib
 import json
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -46,6 +51,7 @@ SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 MAX_RELAYED_MESSAGE_CHARS = 512
 """An upstream error text longer than this is summarised, not relayed (it is usually an HTML page)."""
 _REPLACED_HEADERS = frozenset({"content-type", "content-encoding", "content-length"})
+_FINISH_REASON = re.compile(rb'"finish_reason":\s*"')  # a string value: that choice is over (null: not yet)
 
 
 @dataclass(slots=True)
@@ -61,6 +67,7 @@ class Relay:
     started_s: float = 0.0  # when the request was sent upstream (clock seconds)
     shed_retry_s: float | None = None  # set (with a task cancel) when the sidecar sheds the request
     on_first_event: Callable[[float], None] | None = None  # called with the TTFT at the first streamed event
+    finished: bool = False  # the stream said it was over: ``data: [DONE]`` or a ``finish_reason``
 
 
 class _ClientGone(Exception):
@@ -145,6 +152,12 @@ class Forwarder:
                 )
                 await response.prepare(request)
                 await self._relay_events(upstream, response, relay, started, client_wants_usage)
+                if stream and not relay.finished:  # a clean end of the response, but not of the answer
+                    relay.completion = Completion.FAILURE
+                    return await _stream_error(
+                        response, 502, "the model server ended the stream before it finished (no [DONE])",
+                        "upstream_error",
+                    )  # fmt: skip
                 await response.write_eof()
             else:
                 data = await upstream.read()
@@ -239,7 +252,11 @@ class Forwarder:
     async def _relay_event(
         self, event: bytes, response: web.StreamResponse, relay: Relay, started: float, client_wants_usage: bool
     ) -> None:
-        if event.startswith(b"data: ") and not event.startswith(b"data: [DONE]"):
+        if event.startswith((b"data: [DONE]", b"data:[DONE]")):
+            relay.finished = True
+        elif event.startswith(b"data: "):
+            if not relay.finished and b'"finish_reason"' in event and _FINISH_REASON.search(event):
+                relay.finished = True
             if relay.ttft_s is None:
                 relay.ttft_s = self._clock() - started
                 if relay.on_first_event is not None:

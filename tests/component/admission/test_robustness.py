@@ -8,7 +8,7 @@ import time
 import pytest
 from aiohttp import web
 
-from .helpers import chat, error_of
+from .helpers import chat, error_of, sse_events
 
 
 def _port(sidecar) -> int:
@@ -137,5 +137,52 @@ async def test_an_upstream_5xx_already_in_the_openai_shape_is_relayed_unchanged(
         async with http.post(f"{sidecar.url}/v1/chat/completions", json=chat(max_tokens=2)) as resp:
             assert resp.status == 500 and await resp.json() == doc
         assert sidecar.engine.breaker._consecutive_failures == 1
+    finally:
+        await runner.cleanup()
+
+
+def _chunk(content: str, finish: str | None = None) -> bytes:
+    doc = {
+        "object": "chat.completion.chunk",
+        "choices": [{"index": 0, "delta": {"content": content}, "finish_reason": finish}],
+    }
+    return b"data: " + json.dumps(doc).encode() + b"\n\n"
+
+
+@pytest.mark.parametrize("finished", [False, True], ids=["cut-short", "finish-reason-without-done"])
+async def test_a_stream_closed_cleanly_without_done_is_not_passed_off_as_complete(
+    start_sidecar, http, finished: bool
+) -> None:
+    """The upstream ends the HTTP response properly but the answer is not over (no ``[DONE]`` and no
+    ``finish_reason``): the client gets an error event, and the breaker a failure. Engines that end
+    with a ``finish_reason`` but no ``[DONE]`` (TGI before 2.2) are complete."""
+
+    async def closes(request: web.Request) -> web.StreamResponse:
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        for i in range(3):
+            await resp.write(_chunk(f"t{i}"))
+        if finished:
+            await resp.write(_chunk("", finish="stop"))
+        await resp.write_eof()  # a clean end of the HTTP response, without data: [DONE]
+        return resp
+
+    runner, url = await _upstream({"POST /v1/chat/completions": closes})
+    try:
+        sidecar = await start_sidecar(url, model={"engine": "openai"})
+        async with http.post(f"{sidecar.url}/v1/chat/completions", json=chat(max_tokens=20, stream=True)) as resp:
+            assert resp.status == 200
+            events = await sse_events(resp)
+        last = events[-1][1]
+        if finished:
+            assert last["choices"][0]["finish_reason"] == "stop"
+            assert sidecar.engine.breaker._consecutive_failures == 0
+        else:
+            err = error_of(last)
+            assert err["code"] == "upstream_error" and "[DONE]" in err["message"]
+            assert sidecar.engine.breaker._consecutive_failures == 1
+            assert [e["choices"][0]["delta"]["content"] for _, e in events[:-1]] == ["t0", "t1", "t2"]
+        stats = sidecar.snapshot()
+        assert (stats.in_flight_requests, stats.in_flight_tokens) == (0, 0)
     finally:
         await runner.cleanup()
