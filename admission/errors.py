@@ -55,8 +55,9 @@ def status_of(reason: Reason, code: str | None = None) -> int:
     raise ValueError(f"no HTTP status for reason {reason!r}")
 
 
-_TYPES = {400: "invalid_request_error", 401: "authentication_error", 408: "invalid_request_error",
-          413: "invalid_request_error", 429: "rate_limit_error", 503: "service_unavailable_error"}  # fmt: skip
+_TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "invalid_request_error",
+          405: "invalid_request_error", 408: "invalid_request_error", 413: "invalid_request_error",
+          429: "rate_limit_error", 503: "service_unavailable_error"}  # fmt: skip
 
 
 def error_body(status: int, message: str, code: str, param: str | None = None) -> bytes:

@@ -11,6 +11,10 @@ Routes:
   the pod stays in the Service);
 - everything else is passed through to the model server untouched.
 
+Errors the sidecar answers itself are OpenAI error documents, aiohttp's own ones included
+(:func:`openai_http_errors`: an unroutable path is 404 ``not_found``; a wrong method on one of the
+paths above is 405 ``method_not_allowed`` with ``Allow``, never forwarded).
+
 Background loops: a ticker (every ``tick_s``: queue expiry, stall check, dispatch; every
 ``reload_s``: config file and role label), and telemetry (every ``telemetry.pollIntervalMs``:
 backend ``/metrics`` and ``/health``, NVML).
@@ -38,7 +42,7 @@ import signal
 import time
 import urllib.parse
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import aiohttp
@@ -61,6 +65,7 @@ log = logging.getLogger(__name__)
 
 BACKEND_METRICS_PATH = "/metrics"
 BACKEND_HEALTH_PATH = "/health"
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 MAX_TENANT_CHARS = 128  # as the API's tenant names: a header cannot grow the counters without bound per key
 
 
@@ -87,6 +92,26 @@ def _header(request: web.Request, name: str) -> str | None:
     if value is None:
         return None
     return value.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+
+
+@web.middleware
+async def openai_http_errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """aiohttp's own HTTP errors (the router's 404 and 405, ...) in the OpenAI error shape instead
+    of plain text; ``Allow`` and the status are kept. Errors already in JSON pass unchanged."""
+    try:
+        return await handler(request)
+    except web.HTTPException as exc:
+        if exc.status < 400 or exc.content_type == "application/json":
+            raise
+        code = _HTTP_ERROR_CODES.get(exc.status, "http_error")
+        message = f"{exc.reason}: {request.method} {request.path[:200]}"
+        headers = {"Content-Type": "application/json"}
+        if "Allow" in exc.headers:
+            headers["Allow"] = exc.headers["Allow"]
+        return web.Response(status=exc.status, headers=headers, body=errors.error_body(exc.status, message, code))
+
+
+_HTTP_ERROR_CODES = {404: "not_found", 405: "method_not_allowed", 413: "request_body_too_large"}
 
 
 class BodyTooLarge(Exception):
@@ -146,12 +171,13 @@ class Sidecar:
         self._running: dict[int, tuple[asyncio.Task[object], Relay]] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._runner: web.AppRunner | None = None
+        self._own_paths: dict[str, set[str]] = {}
         self.url = ""
 
     # ---- app and lifecycle ----------------------------------------------------------------
 
     def app(self) -> web.Application:
-        app = web.Application(client_max_size=1024**3)
+        app = web.Application(client_max_size=1024**3, middlewares=[openai_http_errors])
         app.router.add_post(CHAT_PATH, self._chat)
         app.router.add_post(COMPLETIONS_PATH, self._completions)
         app.router.add_get("/metrics", self._metrics)
@@ -161,6 +187,10 @@ class Sidecar:
         app.router.add_put("/tidegate/role", self._push_role)
         app.router.add_get("/healthz", self._healthz)
         app.router.add_get("/readyz", self._readyz)
+        for resource in app.router.resources():  # the sidecar's own paths: wrong methods are 405 here
+            path = resource.get_info().get("path")
+            if path is not None:
+                self._own_paths.setdefault(path, set()).update(route.method for route in resource)
         app.router.add_route("*", "/{tail:.*}", self._pass_through)
         app.on_startup.append(self._on_startup)
         app.on_cleanup.append(self._on_cleanup)
@@ -400,7 +430,11 @@ class Sidecar:
 
     async def _pass_through(self, request: web.Request) -> web.StreamResponse:
         """Other paths go to the model server unchanged, except ones with dot or empty segments:
-        a backend that normalises ``/v1/./chat/completions`` would serve it without admission."""
+        a backend that normalises ``/v1/./chat/completions`` would serve it without admission, and
+        the sidecar's own paths with another method (405 here: e.g. ``GET /v1/chat/completions``)."""
+        allowed = self._own_paths.get(request.path)
+        if allowed is not None:
+            raise web.HTTPMethodNotAllowed(request.method, sorted(allowed))
         segments = urllib.parse.unquote(request.rel_url.raw_path).split("/")[1:]
         if any(seg in (".", "..") for seg in segments) or "" in segments[:-1]:
             body = errors.error_body(400, "paths with '.', '..' or empty segments are not accepted", "bad_request")

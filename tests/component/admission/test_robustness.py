@@ -186,3 +186,42 @@ async def test_a_stream_closed_cleanly_without_done_is_not_passed_off_as_complet
         assert (stats.in_flight_requests, stats.in_flight_tokens) == (0, 0)
     finally:
         await runner.cleanup()
+
+
+async def test_wrong_methods_and_unroutable_paths_get_openai_errors_from_the_sidecar(start_sidecar, http) -> None:
+    """405 on the sidecar's own paths (never forwarded) and the router's own 404, in the OpenAI shape."""
+    seen: list[str] = []
+
+    async def anything(request: web.Request) -> web.Response:
+        if request.path != "/health":  # the sidecar's own health polling
+            seen.append(f"{request.method} {request.path}")
+        return web.Response(status=405, text="405: Method Not Allowed")
+
+    runner, url = await _upstream({"* /{tail:.*}": anything})
+    try:
+        sidecar = await start_sidecar(url, model={"engine": "openai"})
+        for method, path, allowed in [
+            ("GET", "/v1/chat/completions", {"POST"}),
+            ("PUT", "/v1/completions", {"POST"}),
+            ("POST", "/metrics", {"GET", "HEAD"}),
+            ("DELETE", "/tidegate/role", {"PUT"}),
+        ]:
+            async with http.request(method, sidecar.url + path) as resp:
+                assert resp.status == 405, (method, path)
+                assert set(resp.headers["Allow"].split(",")) == allowed
+                err = error_of(await resp.json())
+                assert err["code"] == "method_not_allowed" and err["type"] == "invalid_request_error"
+                assert method in err["message"] and path in err["message"]
+        assert seen == []  # answered by the sidecar, not the model server
+        reader, writer = await asyncio.open_connection("127.0.0.1", _port(sidecar))
+        writer.write(b"GET /v1/models%0Ax HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")  # no route matches
+        status, headers, body = await _read_reply(reader, timeout_s=5.0)
+        writer.close()
+        assert status == 404 and headers["content-type"].startswith("application/json")
+        err = error_of(json.loads(body))
+        assert err["code"] == "not_found" and err["type"] == "invalid_request_error"
+        assert seen == []
+        async with http.get(sidecar.url + "/v1/models") as resp:  # other paths still reach the model server
+            assert resp.status == 405 and seen == ["GET /v1/models"]
+    finally:
+        await runner.cleanup()
