@@ -10,7 +10,9 @@ never observed            not pressure (fail-open): no GPU visible, or an engine
                           metrics carry no KV gauge (llama.cpp, TGI, ``openai``)
 older than                ``telemetry.onStale``: ``failOpen`` ignores the signal (the
 ``staleAfterSeconds``     token budget still bounds load), ``failClosed`` refuses
-                          (``kv_pressure`` / ``gpu_memory``) until fresh data arrives
+                          (``kv_pressure`` / ``gpu_memory``) until fresh data arrives.
+                          Unreachable ``/metrics`` and a KV gauge that is not a ratio
+                          (NaN, Inf, < 0, > 1) both leave the last reading to age
 KV gauge frozen while     not pressure, and the trip is cleared: vLLM refreshes its gauges
 this sidecar has nothing  only on engine steps, so an idle server reports its last busy
 in flight                 value forever (INTEROP.md). "Frozen" = unchanged for

@@ -165,6 +165,7 @@ class Sidecar:
         self.api_keys = ApiKeys(settings.api_keys_dir)
         self.draining = False
         self.backend_healthy = True
+        self._kv_invalid = False  # the last KV usage read was nonsense (logged once per episode)
         self.instance_id = uuid.uuid4().hex
         self.started_at_s = time.time()
         self._waiters: dict[int, asyncio.Future[None]] = {}
@@ -612,7 +613,15 @@ class Sidecar:
                 if resp.status != 200:
                     return Telemetry()
                 text = await resp.text()
-            return await asyncio.to_thread(telemetry.parse_backend_metrics, text, self.engine.model.engine)
+            problems: list[str] = []
+            reading = await asyncio.to_thread(telemetry.parse_backend_metrics, text, self.engine.model.engine, problems)
+            if problems and not self._kv_invalid:
+                log.warning("backend KV cache usage is not a ratio (%s): ignored as a missing signal; "
+                            "telemetry.onStale applies once the last good reading is stale", ", ".join(problems))  # fmt: skip
+            elif reading.kv_cache_usage is not None and self._kv_invalid:
+                log.info("backend KV cache usage is valid again (%.3f)", reading.kv_cache_usage)
+            self._kv_invalid = bool(problems)
+            return reading
         except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
             log.debug("backend metrics unreadable: %s", exc)
             return Telemetry()

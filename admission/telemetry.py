@@ -15,7 +15,9 @@ openai     not read                                   not read
 
 Several series of one name (e.g. one per ``model_name``) are combined: usage by max, counters
 by sum. A failed scrape produces no reading, so the gauge ages and the stale policy applies
-(``telemetry.onStale``, see :mod:`tidegate.admission.gate`).
+(``telemetry.onStale``, see :mod:`tidegate.admission.gate`). So does a KV usage that is not a
+ratio (NaN, infinite, negative, above 1): read as 0 it would admit everything, clamped to 1 refuse
+everything; it is a missing signal instead, and the sidecar logs it once per episode.
 
 GPU (NVML through ``pynvml`` from nvidia-ml-py): memory used/total (the gate), utilisation and
 clock-throttle reasons (metrics only), the worst visible device. No NVML library or no GPU: the
@@ -23,6 +25,7 @@ GPU memory gate is off and :class:`Nvml` says so once.
 """
 
 import logging
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -39,6 +42,8 @@ KV_USAGE_NAMES: dict[BackendEngine, tuple[str, ...]] = {
     BackendEngine.TGI: (),
     BackendEngine.OPENAI: (),
 }
+KV_USAGE_SLACK = 1e-6
+"""Rounding above 1.0 still read as a full cache (clamped to 1); anything larger is nonsense."""
 PROGRESS_NAMES: dict[BackendEngine, tuple[str, ...]] = {
     BackendEngine.VLLM: ("vllm:generation_tokens_total",),
     BackendEngine.LLAMACPP: ("llamacpp:tokens_predicted_total",),
@@ -47,26 +52,34 @@ PROGRESS_NAMES: dict[BackendEngine, tuple[str, ...]] = {
 }
 
 
-def parse_backend_metrics(text: str, engine: BackendEngine) -> Telemetry:
+def parse_backend_metrics(text: str, engine: BackendEngine, problems: list[str] | None = None) -> Telemetry:
     """KV usage and token progress from one ``/metrics`` page (``None`` where absent).
 
-    Raises ``ValueError`` when the text is not Prometheus exposition format.
+    A KV usage sample that is not a finite ratio in 0..1 (NaN, +/-Inf, negative, above 1 beyond
+    :data:`KV_USAGE_SLACK`) makes the KV reading ``None``, as if the gauge were absent: the last good
+    reading ages and ``telemetry.onStale`` applies (module docstring). Each such sample is described
+    in ``problems`` when a list is given. Raises ``ValueError`` when the text is not Prometheus
+    exposition format.
     """
     kv_names, progress_names = KV_USAGE_NAMES[engine], PROGRESS_NAMES[engine]
     if not kv_names and not progress_names:
         return Telemetry()
     kv: dict[str, float] = {}
+    invalid: set[str] = set()
     progress: dict[str, float] = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
             if sample.name in kv_names:
+                if not (math.isfinite(sample.value) and 0.0 <= sample.value <= 1.0 + KV_USAGE_SLACK):
+                    invalid.add(sample.name)
+                    if problems is not None:
+                        problems.append(f"{sample.name}={sample.value!r}")
                 kv[sample.name] = max(kv.get(sample.name, 0.0), sample.value)
             elif sample.name in progress_names:
                 progress[sample.name] = progress.get(sample.name, 0.0) + sample.value
-    usage = next((kv[n] for n in kv_names if n in kv), None)
+    name = next((n for n in kv_names if n in kv), None)
+    usage = None if name is None or name in invalid else min(1.0, kv[name])
     total = next((progress[n] for n in progress_names if n in progress), None)
-    if usage is not None:
-        usage = min(1.0, max(0.0, usage))
     return Telemetry(kv_cache_usage=usage, generation_tokens_total=total)
 
 

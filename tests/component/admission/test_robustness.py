@@ -8,7 +8,7 @@ import time
 import pytest
 from aiohttp import web
 
-from .helpers import chat, error_of, sse_events
+from .helpers import chat, error_of, eventually, sse_events
 
 
 def _port(sidecar) -> int:
@@ -223,5 +223,52 @@ async def test_wrong_methods_and_unroutable_paths_get_openai_errors_from_the_sid
         assert seen == []
         async with http.get(sidecar.url + "/v1/models") as resp:  # other paths still reach the model server
             assert resp.status == 405 and seen == ["GET /v1/models"]
+    finally:
+        await runner.cleanup()
+
+
+@pytest.mark.parametrize(
+    ("bad", "on_stale", "status"),
+    [("NaN", "failClosed", 503), ("-0.5", "failClosed", 503), ("+Inf", "failOpen", 200), ("1.7", "failOpen", 200)],
+)
+async def test_a_nonsense_kv_gauge_is_a_missing_signal_not_a_reading(
+    start_sidecar, http, caplog, bad: str, on_stale: str, status: int
+) -> None:
+    """A NaN, infinite or out-of-range KV usage is neither 0 (admit everything) nor 1 (refuse
+    everything): the last good reading ages and ``onStale`` decides, as for an unreachable
+    ``/metrics``. The sidecar says so once in its log."""
+    gauge = {"value": "0.5"}
+
+    async def metrics(_request: web.Request) -> web.Response:
+        return web.Response(text=f'vllm:kv_cache_usage_perc{{model_name="m"}} {gauge["value"]}\n')
+
+    async def health(_request: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    async def completions(_request: web.Request) -> web.Response:
+        usage = {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}
+        return web.json_response({"object": "chat.completion", "choices": [], "usage": usage})
+
+    runner, url = await _upstream(
+        {"GET /metrics": metrics, "GET /health": health, "POST /v1/chat/completions": completions}
+    )
+    try:
+        sidecar = await start_sidecar(
+            url, admission={"telemetry": {"pollIntervalMs": 50, "staleAfterSeconds": 0.3, "onStale": on_stale}}
+        )
+        await eventually(lambda: sidecar.engine.kv.value == 0.5, what="the first good reading")
+        gauge["value"] = bad
+        await eventually(
+            lambda: (sidecar.snapshot().telemetry_age_s or 0) > 0.4, what="the nonsense reading to be ignored"
+        )
+        assert sidecar.engine.kv.value == 0.5  # the last good reading, ageing
+        async with http.post(f"{sidecar.url}/v1/chat/completions", json=chat(max_tokens=2)) as resp:
+            assert resp.status == status, await resp.text()
+            if status == 503:
+                assert error_of(await resp.json())["code"] == "kv_pressure"
+        warnings = [r for r in caplog.records if "KV cache usage" in r.getMessage() and r.levelname == "WARNING"]
+        assert len(warnings) == 1, [r.getMessage() for r in warnings]
+        gauge["value"] = "0.25"
+        await eventually(lambda: sidecar.engine.kv.value == 0.25, what="good readings to count again")
     finally:
         await runner.cleanup()

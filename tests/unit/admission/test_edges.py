@@ -109,6 +109,19 @@ def test_backend_metric_names_by_engine() -> None:
     assert telemetry.parse_backend_metrics(VLLM, BackendEngine.OPENAI).kv_cache_usage is None
 
 
+@pytest.mark.parametrize("bad", ["NaN", "+Inf", "-Inf", "-0.1", "1.5", "92"])
+def test_a_kv_gauge_that_is_not_a_ratio_is_missing_not_zero_or_full(bad: str) -> None:
+    text = f'vllm:kv_cache_usage_perc{{model_name="a"}} 0.3\nvllm:kv_cache_usage_perc{{model_name="b"}} {bad}\n'
+    text += 'vllm:generation_tokens_total{model_name="a"} 7\n'
+    problems: list[str] = []
+    reading = telemetry.parse_backend_metrics(text, BackendEngine.VLLM, problems)
+    assert reading.kv_cache_usage is None  # one nonsense series: the max is unknown
+    assert reading.generation_tokens_total == 7  # token progress is still read
+    assert len(problems) == 1 and problems[0].startswith("vllm:kv_cache_usage_perc=")
+    rounding = telemetry.parse_backend_metrics("vllm:kv_cache_usage_perc 1.0000001\n", BackendEngine.VLLM)
+    assert rounding.kv_cache_usage == 1.0
+
+
 def _fake_pynvml(monkeypatch: pytest.MonkeyPatch, devices: list[tuple[int, int, int]]) -> None:
     fake = types.ModuleType("pynvml")
     fake.nvmlInit = lambda: None
