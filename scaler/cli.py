@@ -140,6 +140,7 @@ async def run(settings: ScalerSettings) -> int:
         min_refresh_s=settings.min_refresh_s,
         hpa_tolerance=settings.hpa_tolerance,
         hooks=(metric.record, decisions.record),
+        forget_hooks=(metric.forget, decisions.forget),
     )
     tls = server.TLSFiles(settings.tls_cert, settings.tls_key, settings.tls_client_ca) if settings.tls_cert else None
     grpc_server, port = await server.start(scaler, settings.listen, tls, settings.stream_interval_s)

@@ -2,7 +2,8 @@
 
 The first call for a pool lists its pods and starts a watch (one daemon thread per pool, the
 synchronous ``kubernetes`` client); later calls read the cache, so a scrape never waits on the
-API server. The watch re-lists every ``watch_timeout_s`` (and after any error, with back-off),
+API server. :meth:`KubernetesPodSource.forget` stops a pool's watch (the scaler calls it for pools
+KEDA no longer asks about), so threads and caches follow the pools in use. The watch re-lists every ``watch_timeout_s`` (and after any error, with back-off),
 which also repairs a missed event or an expired resourceVersion (410 Gone).
 
 A pod counts when it is not terminating and not finished. Its role comes from the
@@ -140,6 +141,17 @@ class KubernetesPodSource:
         if not w.synced.is_set():
             raise PodSourceError(f"listing pods of {namespace}/{pool} took over {self.first_list_timeout_s:.0f} s")
         return w.pods()
+
+    def forget(self, namespace: str, pool: str) -> None:
+        """Stop the pool's watch thread and drop its cache (a later :meth:`pods` lists again)."""
+        w = self._watches.pop((namespace, pool), None)
+        if w is not None:
+            w.stop()
+
+    @property
+    def watches(self) -> int:
+        """Pools watched now."""
+        return len(self._watches)
 
     async def close(self) -> None:
         for w in self._watches.values():

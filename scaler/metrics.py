@@ -5,7 +5,10 @@ one series per pool (the previous reason's series is removed when the reason cha
 ``sum by (pool)`` is the desired count and the ``reason`` label says why. ``namespace`` is added to
 the issue's ``{pool,reason}`` because two namespaces may hold pools of the same name.
 ``tidegate_scaler_capacity_reject_rate{namespace,pool}``: capacity rejections / demand (0..1).
+A pool the scaler forgets (no longer asked about by KEDA) loses its series.
 """
+
+import contextlib
 
 from prometheus_client import CollectorRegistry, Gauge
 
@@ -41,3 +44,11 @@ class DesiredReplicasMetric:
         self.desired.labels(target.namespace, target.pool, decision.reason.value).set(decision.desired)
         if decision.capacity_reject_rate is not None:
             self.reject_rate.labels(target.namespace, target.pool).set(decision.capacity_reject_rate)
+
+    def forget(self, key: tuple[str, str]) -> None:
+        """Remove pool ``key``'s series (``(namespace, pool)``; a forgotten pool is no longer exported)."""
+        reason = self._reasons.pop(key, None)
+        if reason is not None:
+            self.desired.remove(*key, reason)
+        with contextlib.suppress(KeyError):  # prometheus-client < 0.21 raises for a label set never set
+            self.reject_rate.remove(*key)

@@ -57,6 +57,10 @@ class PodSource(Protocol):
         """The pool's pods now; raises :class:`PodSourceError` when it cannot tell."""
         ...
 
+    def forget(self, namespace: str, pool: str) -> None:
+        """Stop following the pool (its watch, its cache); a later :meth:`pods` starts again."""
+        ...
+
     async def close(self) -> None:
         """Release watches and connections."""
         ...
@@ -80,6 +84,9 @@ class StaticPodSource:
         if self.failing:
             raise PodSourceError(f"pod source for {namespace}/{pool} is failing (test switch)")
         return list(self._pools.get((namespace, pool), []))
+
+    def forget(self, namespace: str, pool: str) -> None:
+        return None  # the configured pods are the source's own truth, not a cache
 
     async def close(self) -> None:
         return None

@@ -92,6 +92,7 @@ class PrometheusSignals:
         self._connect = connect or (lambda url: PrometheusConnect(url=url, method="POST", timeout=timeout_s))
         self._wall = wall
         self._clients: dict[str, Any] = {}
+        self._url_of: dict[tuple[str, str], str] = {}
 
     def _query(self, url: str, promql: str) -> list[dict[str, Any]]:
         client = self._clients.get(url)
@@ -109,6 +110,9 @@ class PrometheusSignals:
         url = target.scaling.signal.prometheus_url
         if not url:
             raise SourceError(f"pool {target.namespace}/{target.pool}: source prometheus needs prometheusUrl")
+        if self._url_of.get(target.key, url) != url:
+            self._forget_client(target.key)
+        self._url_of[target.key] = url
         pods = await self.pods.pods(target.namespace, target.pool)
         active = [p for p in pods if p.active]
         warm = sum(1 for p in pods if p.warm and p.ready)
@@ -152,6 +156,21 @@ class PrometheusSignals:
             fresh=len(fresh),
             queue_depth=round(sum(queue.get(n, 0.0) for n in fresh_names)),
         )
+
+    def forget(self, key: tuple[str, str]) -> None:
+        """Drop pool ``key``'s pod watch, and its Prometheus client once no remembered pool uses that URL."""
+        self._forget_client(key)
+        self.pods.forget(*key)
+
+    def _forget_client(self, key: tuple[str, str]) -> None:
+        url = self._url_of.pop(key, None)
+        if url is not None and url not in self._url_of.values():
+            self._clients.pop(url, None)
+
+    @property
+    def clients(self) -> int:
+        """Prometheus clients kept (one per URL in use)."""
+        return len(self._clients)
 
     async def close(self) -> None:
         await self.pods.close()

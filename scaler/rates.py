@@ -10,7 +10,9 @@ one pod (kept as compact :class:`Sample` s) into a :class:`PodDelta`, robust to:
 - **pods coming**: a pod seen for the first time that started within ``max_window_s`` is
   counted from its start in the same way; an older one waits for a second sample;
 - **pods going**: a pod no longer listed is simply not counted (its last rejections were
-  already in earlier windows).
+  already in earlier windows); its samples are dropped once it has been out of the pod list for
+  ``keep_s`` (:meth:`SampleHistory.prune`), so a pod that drops out of a watch and comes back, or
+  restarts under the same name, still finds its baseline and its counter reset is still seen.
 
 :class:`SampleHistory` keeps, per pod, the samples of the last ``keep_s`` seconds, so a
 rate always covers about ``window_s`` of the *sidecar's* clock whoever polls and however often:
@@ -112,22 +114,26 @@ class SampleHistory:
 
     Keyed by the pod's name as the pod source lists it. ``record(pod, sample)`` stores one;
     ``baseline(pod, cur, window_s)`` returns the newest stored sample of the same pod taken at
-    least ``window_s`` before ``cur`` (or the oldest one, if none is that old). Samples closer than
+    least ``window_s`` before ``cur`` (or the oldest one, if none is that old; never one more than
+    ``keep_s`` older than ``cur``). Samples closer than
     ``min_spacing_s`` to the last one kept are not kept, and samples older than ``keep_s`` (sidecar
-    clock) and pods not seen for ``keep_s`` are dropped, so memory is at most
-    pods x ``keep_s / min_spacing_s`` samples however often the scaler is asked.
+    clock) are dropped, so a pod holds at most ``keep_s / min_spacing_s`` samples however often the
+    scaler is asked; :meth:`prune` drops the pods that left the pod list ``keep_s`` ago, so memory
+    follows the pods that exist, not every pod the pool ever had.
     """
 
     def __init__(self, keep_s: float, min_spacing_s: float = 0.0) -> None:
         self.keep_s = keep_s
         self.min_spacing_s = min_spacing_s
         self._by_pod: dict[str, collections.deque[Sample]] = {}
+        self._listed_s: dict[str, float] = {}
 
     def baseline(self, pod: str, cur: Sample, window_s: float) -> Sample | None:
         ring = self._by_pod.get(pod)
         if not ring:
             return None
-        older = [s for s in ring if s.time_s < cur.time_s]
+        # a sample more than keep_s old is no baseline, whether or not it was pruned yet
+        older = [s for s in ring if cur.time_s - self.keep_s <= s.time_s < cur.time_s]
         if not older:
             return None
         cutoff = cur.time_s - window_s
@@ -142,13 +148,26 @@ class SampleHistory:
         while ring and ring[0].time_s < snap.time_s - self.keep_s:
             ring.popleft()
 
-    def forget_except(self, pods: Iterable[str], newest_s: float) -> None:
-        """Drop pods not in ``pods`` whose newest sample is older than ``keep_s`` before ``newest_s``."""
-        keep = set(pods)
-        for name in list(self._by_pod):
-            ring = self._by_pod[name]
-            if name not in keep and (not ring or ring[-1].time_s < newest_s - self.keep_s):
-                del self._by_pod[name]
+    def prune(self, listed: Iterable[str], now_s: float) -> None:
+        """Note that the pods ``listed`` exist at ``now_s`` (the caller's clock, seconds; every pod
+        of the pool, whatever its role), and drop every pod not listed for more than ``keep_s``.
+
+        The caller's clock, not the samples' (a sidecar whose clock runs far ahead would otherwise
+        never look old enough to forget).
+        """
+        for name in listed:
+            if name in self._by_pod:
+                self._listed_s[name] = now_s
+        for name in self._by_pod:
+            self._listed_s.setdefault(name, now_s)  # recorded but not listed yet: counts from now
+        for name in [n for n, t in self._listed_s.items() if t < now_s - self.keep_s]:
+            del self._listed_s[name]
+            del self._by_pod[name]
+
+    @property
+    def pods(self) -> int:
+        """Pods with samples kept."""
+        return len(self._by_pod)
 
     def __len__(self) -> int:
         return sum(len(r) for r in self._by_pod.values())

@@ -19,6 +19,14 @@ concurrent calls for one pool wait for the same scrape instead of starting anoth
 What can differ: during the first ``windowSeconds`` after a replica starts it holds
 (HOLD_WARMUP) while the other may already move; and the ``COOLDOWN`` hold can end up to one poll
 apart. Both err on the side of keeping capacity.
+
+**Memory follows the pools in use.** A pool KEDA has not asked about for
+``max(forget_after_min_s, forget_after_windows x windowSeconds)`` (10 minutes by default; KEDA
+asks every polling interval and every HPA sync, ~15-30 s) is forgotten: its law state, its last
+decision, what its signal source keeps (samples, pod watch, Prometheus client) and what the
+``forget_hooks`` keep (its metric series, its ``/decisions`` entry). Asked about again, it starts as
+a fresh scaler replica would: it holds its current count until it has a rate, and it cannot scale
+down before it has watched a whole cooldown.
 """
 
 import asyncio
@@ -44,10 +52,15 @@ class SignalSource(Protocol):
         """One observation of the pool; raises :class:`~tidegate.scaler.errors.SourceError` if unreadable."""
         ...
 
+    def forget(self, key: tuple[str, str]) -> None:
+        """Drop what is kept for pool ``key`` (``(namespace, pool)``); the next observe starts afresh."""
+        ...
+
     async def close(self) -> None: ...
 
 
 DecisionHook = Callable[[Target, Decision], None]
+ForgetHook = Callable[[tuple[str, str]], None]
 
 
 class BySource:
@@ -67,6 +80,10 @@ class BySource:
             raise SourceError(f"pool {target.namespace}/{target.pool}: signal source {name!r} is not enabled here")
         return await source.observe(target)
 
+    def forget(self, key: tuple[str, str]) -> None:
+        for source in self.sources.values():
+            source.forget(key)
+
     async def close(self) -> None:
         for source in self.sources.values():
             await source.close()
@@ -74,6 +91,8 @@ class BySource:
 
 @dataclass
 class _Pool:
+    asked_s: float
+    forget_after_s: float
     state: LawState = field(default_factory=LawState)
     decision: Decision | None = None
     decided_at_s: float = float("-inf")
@@ -81,7 +100,9 @@ class _Pool:
 
 
 class Scaler:
-    """Decisions per pool. ``clock``: monotonic seconds (injectable); ``hooks`` see every new decision."""
+    """Decisions per pool. ``clock``: monotonic seconds (injectable); ``hooks`` see every new decision;
+    ``forget_hooks`` are called with ``(namespace, pool)`` when an idle pool is forgotten (module
+    docstring: ``forget_after_min_s``, ``forget_after_windows``)."""
 
     def __init__(
         self,
@@ -90,20 +111,39 @@ class Scaler:
         hpa_tolerance: float = law.HPA_TOLERANCE,
         clock: Callable[[], float] = time.monotonic,
         hooks: tuple[DecisionHook, ...] = (),
+        forget_hooks: tuple[ForgetHook, ...] = (),
+        forget_after_min_s: float = 600.0,
+        forget_after_windows: float = 10.0,
     ) -> None:
         self.signals = signals
         self.min_refresh_s = min_refresh_s
         self.hpa_tolerance = hpa_tolerance
+        self.forget_after_min_s = forget_after_min_s
+        self.forget_after_windows = forget_after_windows
         self._clock = clock
         self._hooks = hooks
+        self._forget_hooks = forget_hooks
         self._pools: dict[tuple[str, str], _Pool] = {}
+        self._swept_s = float("-inf")
+
+    @property
+    def pools(self) -> int:
+        """Pools remembered now."""
+        return len(self._pools)
 
     async def decide(self, target: Target) -> Decision:
         """The pool's current decision (fresh within ``min_refresh_s``).
 
         Raises :class:`~tidegate.scaler.errors.SourceError` when the signal cannot be read at all.
         """
-        pool = self._pools.setdefault(target.key, _Pool())
+        now = self._clock()
+        if now - self._swept_s >= 10.0:  # a sweep costs O(pools): not on every call
+            self.forget_idle()
+        forget_after = max(self.forget_after_min_s, self.forget_after_windows * target.scaling.signal.window_seconds)
+        pool = self._pools.get(target.key)
+        if pool is None:
+            pool = self._pools[target.key] = _Pool(asked_s=now, forget_after_s=forget_after)
+        pool.asked_s, pool.forget_after_s = now, forget_after
         async with pool.lock:
             now = self._clock()
             if pool.decision is not None and now - pool.decided_at_s < self.min_refresh_s:
@@ -115,6 +155,22 @@ class Scaler:
             pool.decision, pool.decided_at_s = decision, now
         self._explain(target, observation, decision)
         return decision
+
+    def forget_idle(self) -> list[tuple[str, str]]:
+        """Forget the pools not asked about for their forget time (module docstring); returns their keys.
+
+        :meth:`decide` calls it at most every 10 s; a pool being decided right now is never forgotten.
+        """
+        now = self._clock()
+        self._swept_s = now
+        idle = [k for k, p in self._pools.items() if now - p.asked_s > p.forget_after_s and not p.lock.locked()]
+        for key in idle:
+            del self._pools[key]
+            self.signals.forget(key)
+            for hook in self._forget_hooks:
+                hook(key)
+            log.info(json.dumps({"event": "pool_forgotten", "namespace": key[0], "pool": key[1]}))
+        return idle
 
     def _explain(self, target: Target, obs: Observation, d: Decision) -> None:
         record = {

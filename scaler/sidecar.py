@@ -8,7 +8,9 @@ holds), never zero demand. A pod source that cannot list at all raises
 :class:`~tidegate.scaler.errors.PodSourceError` (the gRPC edge answers UNAVAILABLE, KEDA falls back).
 
 Memory per pool: one ring of at most 17 samples per pod (``2 x windowSeconds``, one kept per
-``windowSeconds / 8``); pools not asked about for ``forget_after_s`` are dropped.
+``windowSeconds / 8``), for the pods the pod source lists and those it stopped listing less than
+``2 x windowSeconds`` ago; a pool's memory goes when the scaler forgets the pool (:meth:`SidecarSignals.forget`,
+called by :class:`~tidegate.scaler.service.Scaler` for pools KEDA no longer asks about).
 """
 
 import asyncio
@@ -28,7 +30,6 @@ from tidegate.scaler.pods import PodInfo, PodSource
 @dataclass
 class _PoolMemory:
     history: rates.SampleHistory
-    last_used_s: float
 
 
 class SidecarSignals:
@@ -52,7 +53,6 @@ class SidecarSignals:
         stale_after_s: float = 30.0,
         max_connections: int = 4096,
         max_in_flight: int = 128,
-        forget_after_s: float = 3600.0,
         wall: Callable[[], float] = time.time,
     ) -> None:
         self.pods = pods
@@ -60,7 +60,6 @@ class SidecarSignals:
         self.stale_after_s = stale_after_s
         self.max_connections = max_connections
         self.max_in_flight = max_in_flight
-        self.forget_after_s = forget_after_s
         self._wall = wall
         self._session: aiohttp.ClientSession | None = None
         self._pools: dict[tuple[str, str], _PoolMemory] = {}
@@ -98,13 +97,11 @@ class SidecarSignals:
         """One scrape of the target's pool, summed over the window ``target.scaling.signal.window_seconds``."""
         pods = await self.pods.pods(target.namespace, target.pool)
         now = self._wall()
-        self._forget_idle(now)
         window = float(target.scaling.signal.window_seconds)
         memory = self._pools.get(target.key)
         if memory is None or memory.history.keep_s != 2 * window:
             history = rates.SampleHistory(keep_s=2 * window, min_spacing_s=window / 8)
-            memory = self._pools[target.key] = _PoolMemory(history, now)
-        memory.last_used_s = now
+            memory = self._pools[target.key] = _PoolMemory(history)
         active = [p for p in pods if p.active]
         answers = await self._fetch_all(active, target.sidecar_port)
         current = {p.name: s for p, s in zip(active, answers, strict=True) if s is not None}
@@ -112,12 +109,26 @@ class SidecarSignals:
         observation = rates.observe(pods, current, baselines, now, self.stale_after_s, max_window_s=2 * window)
         for name, snap in current.items():
             memory.history.record(name, snap)
-        memory.history.forget_except(current, newest_s=now)
+        memory.history.prune((p.name for p in pods), now)
         return observation
 
-    def _forget_idle(self, now: float) -> None:
-        for key in [k for k, m in self._pools.items() if now - m.last_used_s > self.forget_after_s]:
-            del self._pools[key]
+    def forget(self, key: tuple[str, str]) -> None:
+        """Drop everything kept for pool ``key`` (``(namespace, pool)``): its samples and its pod watch.
+
+        The next observation of that pool starts cleanly (no baselines: the law holds).
+        """
+        self._pools.pop(key, None)
+        self.pods.forget(*key)
+
+    @property
+    def pools(self) -> int:
+        """Pools with memory kept."""
+        return len(self._pools)
+
+    def pods_kept(self, key: tuple[str, str]) -> int:
+        """Pods of pool ``key`` with samples kept (0 for a pool not remembered)."""
+        memory = self._pools.get(key)
+        return memory.history.pods if memory is not None else 0
 
     async def close(self) -> None:
         if self._session is not None:

@@ -9,7 +9,8 @@
   matches the pool's ``status.signal``;
 - ``GET /healthz``: 200.
 
-Each replica answers for the decisions it made itself (KEDA's calls are spread over replicas).
+Each replica answers for the decisions it made itself (KEDA's calls are spread over replicas), for
+the pools it has not forgotten (:mod:`tidegate.scaler.service`).
 """
 
 import datetime
@@ -42,6 +43,10 @@ class DecisionLog:
             "utilization": d.utilization,
             "time": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         }
+
+    def forget(self, key: tuple[str, str]) -> None:
+        """Drop pool ``key``'s entry (``(namespace, pool)``)."""
+        self.latest.pop(f"{key[0]}/{key[1]}", None)
 
 
 def app(metric: DesiredReplicasMetric, decisions: DecisionLog) -> web.Application:

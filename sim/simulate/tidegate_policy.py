@@ -10,7 +10,7 @@ Adapter only; no decision logic of its own:
   (KV usage, generation counter) every ``telemetry.pollIntervalMs``, as the sidecar does;
 - every KEDA poll builds each active pod's :class:`~tidegate.admission.stats.StatsSnapshot` from
   its engine's counters (what the sidecar's stats endpoint serves), and runs the scaler's own
-  pipeline: :class:`~tidegate.scaler.rates.SnapshotHistory` baselines ->
+  pipeline: :class:`~tidegate.scaler.rates.SampleHistory` baselines ->
   :func:`tidegate.scaler.rates.observe` -> :func:`tidegate.scaler.law.decide` (``spec.scaling``),
   the same steps as ``tidegate.scaler.sidecar.SidecarSignals.observe`` without HTTP. The law's
   ``metric_value`` goes to the HPA as an ``AverageValue`` metric with target 1, under the HPA
@@ -39,11 +39,6 @@ from tidegate.sim.simulate.hpa import DEFAULT_BEHAVIOR, MetricType
 STALE_AFTER_S = 30.0
 """The scaler's default ``stale_after_s`` (``tidegate.scaler.sidecar``)."""
 
-# tidegate.scaler.rates is being reworked (snapshots kept as compact ``Sample`` s in a
-# ``SampleHistory``); accept both shapes until that lands.
-_History = getattr(rates, "SampleHistory", None) or rates.SnapshotHistory
-_reduce = rates.Sample.of if hasattr(rates, "Sample") else (lambda snap: snap)
-
 
 class Tidegate(Policy):
     name = "tidegate"
@@ -56,7 +51,7 @@ class Tidegate(Policy):
         self.law_policy = law.Policy.from_spec(sc.scaling)
         self.law_state = law.LawState()
         self.window_s = float(sc.scaling.signal.window_seconds)
-        self.history = _History(keep_s=2 * self.window_s, min_spacing_s=self.window_s / 8)
+        self.history = rates.SampleHistory(keep_s=2 * self.window_s, min_spacing_s=self.window_s / 8)
         self.req_of: dict[Ticket, Any] = {}
         self.decisions: list[law.Decision] = []
         self._telemetry_every = max(1, round(sc.admission.telemetry.poll_interval_ms / 100))
@@ -160,12 +155,12 @@ class Tidegate(Policy):
         for pod in sim.pool.live_pods():
             pods.append(PodInfo(name=pod.name, role=pod.role, ready=pod.ready))
             if pod.role == constants.ROLE_ACTIVE and pod.front is not None:
-                current[pod.name] = _reduce(snapshot(pod, now))
+                current[pod.name] = rates.Sample.of(snapshot(pod, now))
         baselines = {name: self.history.baseline(name, snap, self.window_s) for name, snap in current.items()}
         obs = rates.observe(pods, current, baselines, now, STALE_AFTER_S, max_window_s=2 * self.window_s)
         for name, snap in current.items():
             self.history.record(name, snap)
-        self.history.forget_except(current, newest_s=now)
+        self.history.prune((p.name for p in pods), now)
         decision, self.law_state = law.decide(self.law_policy, obs, self.law_state, now)
         self.decisions.append(decision)
         return decision.metric_value, 1.0, MetricType.AVERAGE_VALUE

@@ -79,9 +79,10 @@ def test_history_is_bounded_and_forgets_pods_that_left() -> None:
     h = SampleHistory(keep_s=100)
     for t in range(0, 1000, 10):
         h.record("p0", snap(t))
-        h.record("gone", snap(min(t, 200)))
-    assert len(h) <= 12 + 12
-    h.forget_except(["p0"], newest_s=990)
+        if t <= 200:
+            h.record("gone", snap(t))
+        h.prune(["p0", "gone"] if t <= 200 else ["p0"], now_s=t)
+    assert len(h) <= 12 and h.pods == 1
     assert h.baseline("gone", snap(1000), 60) is None
     assert h.baseline("p0", snap(1000), 60) is not None
 
