@@ -9,8 +9,11 @@ Trips (only while closed) on:
 - **errors**: the share of failures in the last ``windowSeconds`` above ``errorRatio`` (with at
   least ``minSamples`` decisive responses), or :attr:`BreakerTuning.consecutive_failures` in a
   row (a burst of 5xx);
-- **stall**: requests in flight and no token progress for :attr:`BreakerTuning.stall_s` (a hung
-  backend whose ``/health`` still answers). The engine calls :meth:`Breaker.check_stall`.
+- **stall**: requests in flight and no token progress for the stall window (a hung backend whose
+  ``/health`` still answers): :attr:`BreakerTuning.stall_s`, but at most
+  :attr:`BreakerTuning.stall_timeout_fraction` of ``requestTimeoutSeconds`` (a hung request would
+  otherwise time out, one ordinary failure, before a stall could be seen). The engine calls
+  :meth:`Breaker.check_stall`.
 
 Upstream 429 is *neutral* (the backend protecting itself is not degradation) and ``/health`` is
 never consulted. Open: every request is refused (``circuit_open``) until the cooldown ends;
@@ -56,6 +59,8 @@ class BreakerTuning:
 
     stall_s: float = 30.0
     """No token progress for this long while requests are in flight trips the breaker."""
+    stall_timeout_fraction: float = 0.5
+    """The stall window is at most this fraction of the request timeout (see :meth:`Breaker.stall_window_s`)."""
     latency_floor_s: float = 0.25
     """The latency trip threshold is ``latencyMultiplier x max(baseline, floor)``."""
     consecutive_failures: int = 5
@@ -154,15 +159,24 @@ class Breaker:
         if self._state is BreakerState.CLOSED and self.spec.enabled:
             self._check_trip()
 
-    def check_stall(self, in_flight: int, progress_ref_s: float) -> None:
-        """Trip when ``in_flight`` requests have seen no token progress since ``progress_ref_s``."""
+    def stall_window_s(self, request_timeout_s: float | None = None) -> float:
+        """Seconds without token progress that count as a stall: ``stall_s``, capped at
+        ``stall_timeout_fraction`` x ``request_timeout_s`` when a request timeout is given."""
+        if request_timeout_s is None:
+            return self.tuning.stall_s
+        return min(self.tuning.stall_s, self.tuning.stall_timeout_fraction * request_timeout_s)
+
+    def check_stall(self, in_flight: int, progress_ref_s: float, request_timeout_s: float | None = None) -> None:
+        """Trip when ``in_flight`` requests have seen no token progress since ``progress_ref_s`` for
+        the stall window (:meth:`stall_window_s` of ``request_timeout_s``, seconds)."""
         if not self.spec.enabled or in_flight <= 0:
             return
-        if self._clock() - progress_ref_s < self.tuning.stall_s:
+        window = self.stall_window_s(request_timeout_s)
+        if self._clock() - progress_ref_s < window:
             return
         state = self.state
         if state is BreakerState.CLOSED or (state is BreakerState.HALF_OPEN and self._probes_out > 0):
-            self._open(f"no token progress for {self.tuning.stall_s:g} s with {in_flight} in flight")
+            self._open(f"no token progress for {window:g} s with {in_flight} in flight")
 
     def _learn_ttft(self, ttft_s: float, slow: bool) -> None:
         fast_alpha = 2.0 / (self.spec.min_samples + 1)

@@ -505,7 +505,9 @@ class Engine:
         else:
             streams = [t.admitted_at_s or 0.0 for t in self.in_flight.values() if t.cost.stream]
             watched, since = len(streams), min(streams, default=0.0)
-        self.breaker.check_stall(watched, max(self._last_progress_s, since))
+        self.breaker.check_stall(
+            watched, max(self._last_progress_s, since), float(self.admission.request_timeout_seconds)
+        )
 
     def note_progress(self) -> None:
         """The backend produced tokens (a streamed chunk, a response): it is not stalled."""

@@ -8,6 +8,8 @@ import time
 import pytest
 from aiohttp import web
 
+from tidegate.admission.breaker import BreakerState
+
 from .helpers import chat, error_of, eventually, sse_events
 
 
@@ -272,3 +274,20 @@ async def test_a_nonsense_kv_gauge_is_a_missing_signal_not_a_reading(
         await eventually(lambda: sidecar.engine.kv.value == 0.25, what="good readings to count again")
     finally:
         await runner.cleanup()
+
+
+async def test_the_stall_detector_fires_within_a_short_request_timeout(start_sim, start_sidecar, http) -> None:
+    """``requestTimeoutSeconds`` below the 30 s stall window: the hung request would time out (a
+    single failure) before a stall could ever be seen. The window is at most half the timeout."""
+    sim = await start_sim()
+    sidecar = await start_sidecar(sim.url, admission={"requestTimeoutSeconds": 2})  # default BreakerTuning
+    async with http.post(sim.url + "/sim/faults", json={"stall": True}) as r:
+        assert r.status == 200
+    async with http.post(sidecar.url + "/v1/chat/completions", json=chat(max_tokens=5)) as resp:
+        assert resp.status == 504  # the hung request still ends at its timeout
+    breaker = sidecar.engine.breaker
+    assert breaker.state is BreakerState.OPEN, "the stall was never detected"
+    assert breaker.last_trip_reason.startswith("no token progress for 1 s")
+    async with http.post(sidecar.url + "/v1/chat/completions", json=chat(max_tokens=2)) as resp:
+        assert resp.status == 503
+        assert error_of(await resp.json())["code"] == "circuit_open"

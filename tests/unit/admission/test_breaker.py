@@ -156,6 +156,18 @@ def test_no_token_progress_with_requests_in_flight_trips() -> None:
     assert "progress" in b.last_trip_reason
 
 
+def test_the_stall_window_is_at_most_half_the_request_timeout() -> None:
+    clock = FakeClock()
+    b = breaker(clock)  # stall_s 5
+    last_progress = clock.now
+    clock.advance(2.0)
+    b.check_stall(in_flight=1, progress_ref_s=last_progress, request_timeout_s=600.0)
+    assert b.state is BreakerState.CLOSED  # a long timeout: the 5 s window holds
+    b.check_stall(in_flight=1, progress_ref_s=last_progress, request_timeout_s=4.0)
+    assert b.state is BreakerState.OPEN  # a 4 s timeout: 2 s without progress is a stall
+    assert b.last_trip_reason.startswith("no token progress for 2 s")
+
+
 def test_a_disabled_breaker_lets_everything_through() -> None:
     b = breaker(FakeClock(), enabled=False)
     trip(b)
