@@ -5,7 +5,14 @@ Trips (only while closed) on:
 - **latency**: a fast moving average of TTFT above ``latencyMultiplier`` x the calibrated
   baseline (a slow moving average of healthy TTFTs, trusted after ``minSamples`` responses;
   never below :attr:`BreakerTuning.latency_floor_s`, so microsecond jitter on an idle
-  server cannot trip it);
+  server cannot trip it). **Streamed responses only**: a non-streamed answer has no TTFT (its
+  response headers come with the last token), and its end-to-end time grows with its output
+  length and with the batch it shares the GPU with, so there is no load-independent baseline to
+  compare it with; a latency trip on it would open the breaker on ordinary long answers under
+  load. Non-streamed responses count for the error trip (5xx, timeouts) and for the stall
+  detector (the backend's token counter, vLLM and llama.cpp), and ``shedAfterMultiple`` bounds
+  one running far past its prediction; they neither calibrate nor trip the latency trip, and a
+  non-streamed half-open probe is judged by its outcome alone;
 - **errors**: the share of failures in the last ``windowSeconds`` above ``errorRatio`` (with at
   least ``minSamples`` decisive responses), or :attr:`BreakerTuning.consecutive_failures` in a
   row (a burst of 5xx);

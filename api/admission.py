@@ -97,15 +97,21 @@ class TelemetrySpec(ApiModel):
 class CircuitBreakerSpec(ApiModel):
     """Per-replica circuit breaker on backend latency and errors (closed / open / half-open).
 
-    Opens when the recent TTFT exceeds ``latencyMultiplier`` x its baseline or the error ratio
-    exceeds ``errorRatio``; stays open ``cooldownSeconds`` (doubling on each re-open up to
+    Opens when the recent TTFT of streamed responses exceeds ``latencyMultiplier`` x its baseline
+    (non-streamed responses have no TTFT and never trip on latency), the error ratio exceeds
+    ``errorRatio``, or nothing in flight makes token progress; stays open ``cooldownSeconds`` (doubling on each re-open up to
     ``maxCooldownSeconds``); then lets ``halfOpenRequests`` through and closes if at least
     ``halfOpenSuccessRatio`` of them succeed within the latency bound.
     """
 
     enabled: bool = Field(default=True, description="Whether the breaker is evaluated.")
     latency_multiplier: float = Field(
-        default=3.0, gt=1.0, le=100.0, description="Open when recent TTFT > this x baseline TTFT."
+        default=3.0,
+        gt=1.0,
+        le=100.0,
+        description="Open when the recent TTFT of streamed responses > this x their baseline TTFT. Non-streamed "
+        "responses have no TTFT and are not compared (their end-to-end time depends on output length and load); "
+        "they count for the error ratio and the stall detector.",
     )
     error_ratio: Fraction = Field(
         default=0.5, description="Open when the share (0..1) of failed backend responses in the window exceeds this."

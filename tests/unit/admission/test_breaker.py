@@ -141,6 +141,26 @@ def test_jitter_on_a_microsecond_baseline_does_not_trip() -> None:
     assert b.state is BreakerState.CLOSED
 
 
+def test_non_streamed_responses_never_trip_or_calibrate_the_latency_trip() -> None:
+    """The documented choice: a non-streamed answer has no TTFT (``ttft_s=None``), however slow it
+    was end to end; only streamed TTFTs calibrate and trip on latency."""
+    clock = FakeClock()
+    b = breaker(clock)
+    for _ in range(50):
+        clock.advance(1.0)
+        b.record(Completion.SUCCESS, None)
+    assert b.baseline_ttft_s is None and b.state is BreakerState.CLOSED
+    for _ in range(4):
+        b.record(Completion.SUCCESS, 0.1)  # streamed: calibrates
+    assert b.baseline_ttft_s == pytest.approx(0.1)
+    for _ in range(20):
+        b.record(Completion.SUCCESS, None)  # slow non-streamed answers in between change nothing
+    assert b.state is BreakerState.CLOSED
+    for _ in range(10):
+        b.record(Completion.SUCCESS, 2.0)  # streamed and 8x the floor-bounded limit: trips
+    assert b.state is BreakerState.OPEN and "TTFT" in b.last_trip_reason
+
+
 def test_no_token_progress_with_requests_in_flight_trips() -> None:
     clock = FakeClock()
     b = breaker(clock)
