@@ -101,6 +101,7 @@ class Counters:
     displaced_total: int = 0
     charged_tokens_total: int = 0
     usage_missing_total: int = 0
+    shed_total: int = 0
     rejected_total: Counter[Reason] = field(default_factory=Counter)
     tenants: dict[str, TenantCounts] = field(default_factory=dict)
 
@@ -495,6 +496,12 @@ class Engine:
     def overdue(self) -> list[Ticket]:
         """In-flight requests running past ``shedAfterMultiple`` x their prediction (off: [])."""
         return self.capacity.overdue(self.clock())
+
+    def note_shed(self, ticket: Ticket) -> None:
+        """The proxy aborted ``ticket`` (one of :meth:`overdue`) to shed it; call once per ticket.
+        Counted in ``counters.shed_total``; the ticket is still released as usual (neutral outcome)."""
+        if ticket.state is TicketState.ADMITTED:
+            self.counters.shed_total += 1
 
     def _check_stall(self) -> None:
         """Trip the breaker on no token progress while requests are in flight. Progress is seen

@@ -16,6 +16,8 @@ Names and labels:
 - ``tidegate_admission_slo_total{pool,priority,met}``: admitted requests whose TTFT met (``true``)
   or missed (``false``) their class SLO; the met share is ``sum(met="true") / sum``;
 - ``tidegate_admission_usage_missing_total{pool}``: responses charged without reported usage;
+- ``tidegate_admission_shed_total{pool,tenant,priority}``: admitted requests aborted in flight for
+  running far past their prediction (``shedAfterMultiple``; their decision was already counted);
 - ``tidegate_backend_kv_cache_usage_ratio``, ``tidegate_backend_telemetry_age_seconds``;
 - ``tidegate_gpu_memory_used_ratio``, ``tidegate_gpu_utilization_ratio``,
   ``tidegate_gpu_clock_throttle_reasons`` (NVML bitmask), where a GPU is visible.
@@ -77,6 +79,10 @@ class SidecarMetrics:
             "tidegate_admission_usage_missing", "Responses without reported usage (charged counted tokens or the reservation).",
             ["pool"], registry=r,
         )  # fmt: skip
+        self.shed_requests = Counter(
+            "tidegate_admission_shed", "Admitted requests aborted in flight for running far past their prediction.",
+            ["pool", "tenant", "priority"], registry=r,
+        )  # fmt: skip
         gauges: dict[str, tuple[str, Callable[[], float]]] = {
             "tidegate_admission_in_flight_tokens": ("Reserved tokens in flight.", lambda: engine().in_flight_tokens),
             "tidegate_admission_in_flight_requests": ("Requests in flight.", lambda: engine().in_flight_requests),
@@ -122,6 +128,10 @@ class SidecarMetrics:
         reason = ticket.reason.value if ticket.reason is not None else ""
         self.decisions.labels(self.pool, self.tenants.label(ticket.tenant), self.priority(ticket.priority),
                               ticket.outcome.value, reason).inc()  # fmt: skip
+
+    def shed(self, ticket: Ticket) -> None:
+        """Count one request shed in flight."""
+        self.shed_requests.labels(self.pool, self.tenants.label(ticket.tenant), self.priority(ticket.priority)).inc()
 
     def finished(self, ticket: Ticket, ttft_s: float | None, e2e_s: float, slo_s: float | None) -> None:
         """Latency of one admitted request (times from its arrival at the sidecar)."""

@@ -524,6 +524,7 @@ class Sidecar:
             in_flight_requests=engine.in_flight_requests, in_flight_tokens=engine.in_flight_tokens,
             token_budget=engine.token_budget, max_concurrency=engine.admission.max_concurrency,
             queue_depth=engine.queue.depth, breaker_state=stats.BreakerState(engine.breaker_state.value),
+            shed_total=counters.shed_total,
             kv_cache_usage=engine.kv.value, telemetry_age_s=None if kv_age is None else max(0.0, kv_age),
         )  # fmt: skip
 
@@ -549,6 +550,8 @@ class Sidecar:
             if entry is not None and entry[1].shed_retry_s is None:
                 task, relay = entry
                 relay.shed_retry_s = max(1.0, self.engine.mean_duration_s / 2)
+                self.engine.note_shed(ticket)
+                self.metrics.shed(ticket)
                 log.warning("shedding request %d of tenant %r: running %.1f s, predicted %.1f s", ticket.id,
                             ticket.tenant, self.clock() - (ticket.admitted_at_s or 0), self.engine.predicted_duration_s(ticket))  # fmt: skip
                 task.cancel()

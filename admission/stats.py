@@ -16,7 +16,11 @@ Shape (JSON, snake_case)::
                           "capacity_rejected": 31, "policy_rejected": 0}},
      "in_flight_requests": 22, "in_flight_tokens": 40123, "token_budget": 65536,
      "max_concurrency": 64, "queue_depth": 3, "breaker_state": "closed",
-     "kv_cache_usage": 0.71, "telemetry_age_s": 0.4}
+     "kv_cache_usage": 0.71, "telemetry_age_s": 0.4, "shed_total": 2}
+
+``shed_total`` counts admitted requests aborted in flight for running far past their prediction
+(``shedAfterMultiple``); it is not demand and no scaling input, only what an operator reads.
+A document without it (an older sidecar) reads as 0.
 
 Times are Unix seconds (wall clock) so snapshots from different pods line up.
 """
@@ -87,6 +91,7 @@ class StatsSnapshot(BaseModel):
     breaker_state: BreakerState = BreakerState.CLOSED
     kv_cache_usage: float | None = Field(default=None, ge=0.0, le=1.0)
     telemetry_age_s: float | None = Field(default=None, ge=0.0)
+    shed_total: int = Field(default=0, ge=0, le=MAX_COUNT)
 
     @property
     def capacity_rejected_total(self) -> int:

@@ -8,7 +8,9 @@ import time
 import pytest
 from aiohttp import web
 
+from tidegate.admission import stats
 from tidegate.admission.breaker import BreakerState
+from tidegate.admission.engine import EngineTuning
 
 from .helpers import chat, error_of, eventually, sse_events
 
@@ -291,3 +293,19 @@ async def test_the_stall_detector_fires_within_a_short_request_timeout(start_sim
     async with http.post(sidecar.url + "/v1/chat/completions", json=chat(max_tokens=2)) as resp:
         assert resp.status == 503
         assert error_of(await resp.json())["code"] == "circuit_open"
+
+
+async def test_shed_requests_are_counted_in_metrics_and_stats(start_sim, start_sidecar, http) -> None:
+    """In-flight shedding is visible: ``tidegate_admission_shed_total`` and the stats' ``shed_total``."""
+    sim = await start_sim(decode_tokens_per_s=20)
+    tuning = EngineTuning(prior_s_per_token=0.001, shed_floor_s=0.3)
+    sidecar = await start_sidecar(sim.url, admission={"shedAfterMultiple": 2}, tuning=tuning)
+    async with http.post(sidecar.url + "/v1/chat/completions", json=chat(max_tokens=200)) as resp:
+        assert resp.status == 503 and error_of(await resp.json())["code"] == "shed"
+    async with http.post(sidecar.url + "/v1/chat/completions", json=chat(max_tokens=2)) as resp:
+        assert resp.status == 200  # short enough: not shed
+    async with http.get(sidecar.url + "/metrics") as m:
+        text = await m.text()
+    assert 'tidegate_admission_shed_total{pool="test",priority="interactive",tenant="default"} 1.0' in text
+    snap = await stats.fetch(http, sidecar.url)
+    assert snap.shed_total == 1 and snap.completed_total == 2
