@@ -135,9 +135,10 @@ TTFT_BUCKET = "tidegate_admission_ttft_seconds_bucket"
 KV_USAGE = "tidegate_backend_kv_cache_usage_ratio"
 TOKEN_BUDGET = "tidegate_admission_token_budget"  # one series per sidecar: counts replicas by role
 SCALER_DESIRED = "tidegate_scaler_desired_replicas"
+SHED = "tidegate_admission_shed_total"  # admitted requests aborted in flight (shedAfterMultiple)
 
 #: Every metric the dashboard reads (a test checks each query names only these and Grafana variables).
-METRICS = (DECISIONS, TTFT_BUCKET, KV_USAGE, TOKEN_BUDGET, SCALER_DESIRED)
+METRICS = (DECISIONS, TTFT_BUCKET, KV_USAGE, TOKEN_BUDGET, SCALER_DESIRED, SHED)
 
 _SEL = 'namespace=~"$namespace", pool=~"$pool"'
 
@@ -181,6 +182,9 @@ def dashboard_queries() -> dict[str, list[tuple[str, str]]]:
             ("active {{pool}}", f'count by (pool) ({TOKEN_BUDGET}{{{_SEL}, role="active"}})'),
             ("warm {{pool}}", f'count by (pool) ({TOKEN_BUDGET}{{{_SEL}, role="warm"}})'),
         ],
+        "Requests shed in flight by tenant": [
+            ("{{tenant}}", f"sum by (tenant) (rate({SHED}{{{_SEL}}}[$__rate_interval]))"),
+        ],
     }
 
 
@@ -191,6 +195,7 @@ _UNITS = {
     "KV cache usage by pod and node": "percentunit",
     "TTFT p95 / p99 by priority class": "s",
     "Replicas: desired (scaler) vs active vs warm": "short",
+    "Requests shed in flight by tenant": "reqps",
 }
 
 
