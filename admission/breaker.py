@@ -19,8 +19,9 @@ Trips (only while closed) on:
 - **stall**: requests in flight and no token progress for the stall window (a hung backend whose
   ``/health`` still answers): :attr:`BreakerTuning.stall_s`, but at most
   :attr:`BreakerTuning.stall_timeout_fraction` of ``requestTimeoutSeconds`` (a hung request would
-  otherwise time out, one ordinary failure, before a stall could be seen). The engine calls
-  :meth:`Breaker.check_stall`.
+  otherwise time out, one ordinary failure, before a stall could be seen). Half-open, the window
+  starts no earlier than the first probe, so requests stuck since before the trip cannot re-open
+  the breaker before a probe had time to progress. The engine calls :meth:`Breaker.check_stall`.
 
 Upstream 429 is *neutral* (the backend protecting itself is not degradation) and ``/health`` is
 never consulted. Open: every request is refused (``circuit_open``) until the cooldown ends;
@@ -94,6 +95,7 @@ class Breaker:
         self._probes_out = 0
         self._probe_ok = 0
         self._probe_failed = 0
+        self._first_probe_s: float | None = None  # when this half-open period let its first probe through
 
     def reconfigure(self, spec: CircuitBreakerSpec) -> None:
         """Take new settings, keeping state and history."""
@@ -105,6 +107,7 @@ class Breaker:
         if self._state is BreakerState.OPEN and self._clock() >= self.open_until_s:
             self._state = BreakerState.HALF_OPEN
             self._arrivals = self._probes_out = self._probe_ok = self._probe_failed = 0
+            self._first_probe_s = None
         return self._state
 
     @property
@@ -132,6 +135,8 @@ class Breaker:
         slots = self.spec.half_open_requests - self._probes_out - self._probe_ok - self._probe_failed
         if slots > 0 and self._arrivals % 2 == 1:
             self._probes_out += 1
+            if self._first_probe_s is None:
+                self._first_probe_s = self._clock()
             return True, self.epoch
         return False, None
 
@@ -175,13 +180,17 @@ class Breaker:
 
     def check_stall(self, in_flight: int, progress_ref_s: float, request_timeout_s: float | None = None) -> None:
         """Trip when ``in_flight`` requests have seen no token progress since ``progress_ref_s`` for
-        the stall window (:meth:`stall_window_s` of ``request_timeout_s``, seconds)."""
+        the stall window (:meth:`stall_window_s` of ``request_timeout_s``, seconds). Half-open, the
+        window starts no earlier than the first probe: requests stuck since before the trip (they
+        end only at their request timeout) must not fail a probe that has had no time to progress."""
         if not self.spec.enabled or in_flight <= 0:
             return
         window = self.stall_window_s(request_timeout_s)
+        state = self.state
+        if state is BreakerState.HALF_OPEN and self._first_probe_s is not None:
+            progress_ref_s = max(progress_ref_s, self._first_probe_s)
         if self._clock() - progress_ref_s < window:
             return
-        state = self.state
         if state is BreakerState.CLOSED or (state is BreakerState.HALF_OPEN and self._probes_out > 0):
             self._open(f"no token progress for {window:g} s with {in_flight} in flight")
 

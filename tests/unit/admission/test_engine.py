@@ -468,3 +468,28 @@ def test_precheck_refuses_without_a_body_what_no_body_could_change() -> None:
     assert e.precheck("c", None).reason is Reason.CIRCUIT_OPEN
     assert e.counters.rejected_total == {Reason.TENANT_RATE: 1, Reason.TENANT_CONCURRENCY: 1, Reason.CIRCUIT_OPEN: 1}
     assert e.in_flight_requests == 0 and all(s.accepted == 0 for s in e.tenants.states.values())
+
+
+def test_requests_stuck_since_before_the_trip_do_not_fail_a_half_open_probe_at_once() -> None:
+    # A backend that hung with requests in flight, then recovered, leaving those requests stuck
+    # until their (long) request timeout: a probe must get the whole stall window to show
+    # progress, or the breaker re-opens on every half-open period until the old requests time out.
+    clock = FakeClock()
+    e = engine(clock, tokenBudget=100_000, **ONE_CLASS)
+    e.observe_telemetry(Telemetry(generation_tokens_total=0.0))  # a backend with a token counter (vLLM)
+    stuck = e.submit("a", None, tokens(100))
+    clock.advance(30.1)
+    e.tick()
+    assert e.breaker_state is BreakerState.OPEN
+    clock.advance(60)
+    assert e.breaker_state is BreakerState.HALF_OPEN
+    probe = e.submit("b", None, tokens(100))
+    assert probe.state is TicketState.ADMITTED and probe.probe_epoch is not None
+    clock.advance(0.1)
+    e.tick()  # the probe has not had time to produce a token yet
+    assert e.breaker_state is BreakerState.HALF_OPEN
+    clock.advance(30)
+    e.tick()  # but a probe that makes no progress for the whole window is a stall
+    assert e.breaker_state is BreakerState.OPEN
+    e.release(stuck, Completion.FAILURE)
+    e.release(probe, Completion.FAILURE)
