@@ -29,7 +29,9 @@ upstream's message when it has one of at most :data:`MAX_RELAYED_MESSAGE_CHARS` 
 
 import asyncio
 import contextlib
+import email.utils
 import json
+import math
 import re
 import time
 from collections.abc import Callable
@@ -50,6 +52,8 @@ HOP_BY_HOP = frozenset(
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 MAX_RELAYED_MESSAGE_CHARS = 512
 """An upstream error text longer than this is summarised, not relayed (it is usually an HTML page)."""
+MAX_RELAYED_RETRY_S = 3600
+"""An upstream ``Retry-After`` above this many seconds (``1e308``, ``inf``) is relayed as this."""
 _REPLACED_HEADERS = frozenset({"content-type", "content-encoding", "content-length"})
 _FINISH_REASON = re.compile(rb'"finish_reason":\s*"')  # a string value: that choice is over (null: not yet)
 
@@ -339,10 +343,16 @@ async def _stream_error(response: web.StreamResponse, status: int, message: str,
 
 def _honest_retry_headers(response: web.Response, upstream_value: str | None) -> None:
     """An upstream 429/503 relayed with the same retry contract as our own: ``Retry-After`` in whole
-    seconds >= 1 and ``retry-after-ms`` (OpenAI SDKs read both)."""
+    seconds >= 1 and ``retry-after-ms`` (OpenAI SDKs read both). An HTTP date (RFC 9110) counts
+    from now; a value past :data:`MAX_RELAYED_RETRY_S` is capped there; garbage is the floor."""
+    value = upstream_value or "1"
     try:
-        seconds = max(1, int(float(upstream_value))) if upstream_value else 1
-    except ValueError:  # an HTTP date or garbage: the conservative floor
-        seconds = 1
+        delay = float(value)
+    except ValueError:
+        try:
+            delay = email.utils.parsedate_to_datetime(value).timestamp() - time.time()
+        except (TypeError, ValueError):  # garbage: the conservative floor
+            delay = 1.0
+    seconds = 1 if math.isnan(delay) else math.ceil(min(max(delay, 1.0), MAX_RELAYED_RETRY_S))
     response.headers["Retry-After"] = str(seconds)
     response.headers["retry-after-ms"] = str(seconds * 1000)

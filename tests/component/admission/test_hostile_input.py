@@ -2,7 +2,9 @@
 never the sidecar its metrics, a tenant slot, or a 500."""
 
 import asyncio
+import email.utils
 import json
+import time
 
 import aiohttp
 import pytest
@@ -186,6 +188,32 @@ async def test_upstream_429_reaches_the_client_with_an_honest_retry_after(start_
         async with http.post(f"{sidecar.url}/v1/chat/completions", json=chat(max_tokens=2)) as resp:
             assert resp.status == 429
             assert int(resp.headers["Retry-After"]) >= 1 and int(resp.headers["retry-after-ms"]) >= 1000
+    finally:
+        await runner.cleanup()
+
+
+@pytest.mark.parametrize(
+    ("upstream_retry", "low", "high"),
+    [("inf", 1, 3600), ("1e308", 1, 3600), ("nan", 1, 1), ("-5", 1, 1), ("in 120 s", 100, 121)],
+)
+async def test_an_upstream_retry_after_that_is_absurd_or_a_date_is_relayed_sanely(
+    start_sidecar, http, upstream_retry, low, high
+) -> None:
+    if upstream_retry == "in 120 s":  # RFC 9110 allows an HTTP date
+        upstream_retry = email.utils.formatdate(time.time() + 120, usegmt=True)
+
+    async def busy(_request: web.Request) -> web.Response:
+        return web.json_response({"error": {"message": "busy"}}, status=429, headers={"Retry-After": upstream_retry})
+
+    runner, url = await _fake_upstream(busy)
+    try:
+        sidecar = await start_sidecar(url)
+        async with http.post(f"{sidecar.url}/v1/chat/completions", json=chat(max_tokens=2)) as resp:
+            assert resp.status == 429, await resp.text()
+            seconds = int(resp.headers["Retry-After"])
+            assert low <= seconds <= high
+            assert int(resp.headers["retry-after-ms"]) == 1000 * seconds
+        assert sidecar.snapshot().in_flight_requests == 0
     finally:
         await runner.cleanup()
 
