@@ -259,6 +259,13 @@ class Sidecar:
         engine = self.engine
         admission = engine.admission
         priority = _header(request, admission.priority_header)
+        tenancy = admission.tenancy
+        if tenancy.identity is TenantIdentitySource.HEADER and len(set(request.headers.getall(tenancy.header, ()))) > 1:
+            return self._refuse(  # a client's value and a gateway's appended one: never guess which is true
+                "unknown", priority, Reason.BAD_REQUEST,
+                f"the tenant header {tenancy.header!r} was sent more than once with different values",
+                param=tenancy.header,
+            )  # fmt: skip
         tenant = self._tenant(request)
         if tenant is None:
             return self._refuse("unknown", priority, Reason.UNAUTHORIZED, "missing or unknown API key")

@@ -41,6 +41,26 @@ async def test_invalid_utf8_tenant_header_neither_fails_the_request_nor_breaks_m
         assert "bad\ufffd\ufffd" in await resp.text()
 
 
+async def test_a_tenant_header_sent_twice_with_different_values_is_refused_not_guessed(
+    start_sim, start_sidecar
+) -> None:
+    # A gateway that appends its tenant header (Envoy's default append action) behind a client
+    # that sent its own would otherwise hand the client's choice of tenant to admission.
+    sim = await start_sim(decode_tokens_per_s=1000)
+    sidecar = await start_sidecar(sim.url, admission={"tenancy": {"identity": "header"}})
+    body = json.dumps(chat(max_tokens=2)).encode()
+    head = b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    spoofed = await _raw_request(_port(sidecar), head + b"x-tenant-id: victim\r\nx-tenant-id: gateway-says\r\n", body)
+    assert spoofed.startswith(b"HTTP/1.1 400"), spoofed[:200]
+    err = error_of(json.loads(spoofed.split(b"\r\n\r\n", 1)[1]))
+    assert err["param"] == "x-tenant-id" and "more than once" in err["message"]
+    repeated = await _raw_request(_port(sidecar), head + b"x-tenant-id: acme\r\nx-tenant-id: acme\r\n", body)
+    assert repeated.startswith(b"HTTP/1.1 200"), repeated[:200]  # the same value twice is not ambiguous
+    stats = sidecar.snapshot()
+    assert "victim" not in stats.tenants and stats.tenants["acme"].admitted == 1
+    assert (stats.in_flight_requests, stats.in_flight_tokens) == (0, 0)
+
+
 async def test_deeply_nested_json_is_a_400_in_the_openai_shape(start_sim, start_sidecar, http) -> None:
     sim = await start_sim()
     sidecar = await start_sidecar(sim.url)
