@@ -258,7 +258,7 @@ class Forwarder:
     ) -> None:
         if event.startswith((b"data: [DONE]", b"data:[DONE]")):
             relay.finished = True
-        elif event.startswith(b"data: "):
+        elif event.startswith(b"data:"):  # the space after the colon is optional in SSE
             if not relay.finished and b'"finish_reason"' in event and _FINISH_REASON.search(event):
                 relay.finished = True
             if relay.ttft_s is None:
@@ -268,7 +268,7 @@ class Forwarder:
             self._note_progress()
             if b'"usage"' in event and b'"usage":null' not in event and b'"usage": null' not in event:
                 try:
-                    doc = json.loads(event[len(b"data: ") :])
+                    doc = json.loads(event[len(b"data:") :])
                 except ValueError:
                     doc = None
                 total = _usage_total(doc)

@@ -192,6 +192,34 @@ async def test_a_stream_closed_cleanly_without_done_is_not_passed_off_as_complet
         await runner.cleanup()
 
 
+async def test_sse_events_without_a_space_after_data_are_progress_not_a_stall(start_sidecar, http) -> None:
+    """``data:{...}`` is as valid SSE as ``data: {...}`` (the space is optional). A steady stream in
+    that spelling shows progress (no stall trip), a first token, and its ``finish_reason`` ends it."""
+
+    async def compact(request: web.Request) -> web.StreamResponse:
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        for i in range(6):
+            await resp.write(_chunk(f"t{i}").replace(b"data: ", b"data:"))
+            await asyncio.sleep(0.5)
+        await resp.write(_chunk("", finish="stop").replace(b"data: ", b"data:"))  # and no [DONE]
+        return resp
+
+    runner, url = await _upstream({"POST /v1/chat/completions": compact})
+    try:  # a 4 s timeout: the stall window is 2 s, the stream lasts 3 s with a token every 0.5 s
+        sidecar = await start_sidecar(url, model={"engine": "openai"}, admission={"requestTimeoutSeconds": 4})
+        async with http.post(f"{sidecar.url}/v1/chat/completions", json=chat(max_tokens=20, stream=True)) as resp:
+            assert resp.status == 200
+            text = (await resp.read()).decode()
+        assert '"error"' not in text and text.rstrip().endswith('"finish_reason": "stop"}]}'), text
+        breaker = sidecar.engine.breaker
+        assert breaker.state is BreakerState.CLOSED, breaker.last_trip_reason
+        assert breaker._consecutive_failures == 0
+        assert "tidegate_admission_ttft_seconds_count" in sidecar.metrics.render().decode()
+    finally:
+        await runner.cleanup()
+
+
 async def test_wrong_methods_and_unroutable_paths_get_openai_errors_from_the_sidecar(start_sidecar, http) -> None:
     """405 on the sidecar's own paths (never forwarded) and the router's own 404, in the OpenAI shape."""
     seen: list[str] = []
