@@ -12,6 +12,9 @@ reason                           status  meaning for the client
                                          ``bodyReadTimeoutSeconds`` (code
                                          ``body_read_timeout``; the connection closes)
 ``unauthorized``                 401     unknown API key
+``bad_request``                  403     a generation route the sidecar does not
+                                         admit (code ``path_not_admitted``; use
+                                         ``/v1/chat/completions``, ``/v1/completions``)
 ``tenant_concurrency``,          429     this tenant is over its quota: back off
 ``tenant_rate``
 capacity reasons (budget,        503     this replica is full or degraded: retry
@@ -21,7 +24,7 @@ queue, KV, GPU, circuit, SLO)            (another replica, or after Retry-After)
 
 Every 429 and 503 carries ``Retry-After`` (whole seconds, at least 1, rounded up) and
 ``retry-after-ms`` (the engine's drain/refill/cooldown estimate in milliseconds, at least
-:data:`MIN_RETRY_MS`), which the official OpenAI SDKs honour. 400/401/408/413 carry none: retrying
+:data:`MIN_RETRY_MS`), which the official OpenAI SDKs honour. 400/401/403/408/413 carry none: retrying
 the same request cannot help (or, for 408, only a faster client can).
 
 Body shape (OpenAI)::
@@ -37,6 +40,9 @@ from tidegate.admission.reasons import CAPACITY_REASONS, Reason
 MIN_RETRY_MS = 100
 BODY_READ_TIMEOUT = "body_read_timeout"
 """The ``code`` of a ``bad_request`` whose body was too slow to arrive (HTTP 408)."""
+PATH_NOT_ADMITTED = "path_not_admitted"
+"""The ``code`` of a ``bad_request`` for a model server's own generation route (HTTP 403,
+:mod:`tidegate.admission.paths`)."""
 _POLICY_429 = frozenset({Reason.TENANT_CONCURRENCY, Reason.TENANT_RATE})
 
 
@@ -45,7 +51,7 @@ def status_of(reason: Reason, code: str | None = None) -> int:
     if reason is Reason.REQUEST_TOO_LARGE:
         return 400 if code == "context_length_exceeded" else 413
     if reason is Reason.BAD_REQUEST:
-        return 408 if code == BODY_READ_TIMEOUT else 400
+        return {BODY_READ_TIMEOUT: 408, PATH_NOT_ADMITTED: 403}.get(code or "", 400)
     if reason is Reason.UNAUTHORIZED:
         return 401
     if reason in _POLICY_429:
@@ -55,8 +61,8 @@ def status_of(reason: Reason, code: str | None = None) -> int:
     raise ValueError(f"no HTTP status for reason {reason!r}")
 
 
-_TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "invalid_request_error",
-          405: "invalid_request_error", 408: "invalid_request_error", 413: "invalid_request_error",
+_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "invalid_request_error",
+          404: "invalid_request_error", 405: "invalid_request_error", 408: "invalid_request_error", 413: "invalid_request_error",
           429: "rate_limit_error", 503: "service_unavailable_error"}  # fmt: skip
 
 

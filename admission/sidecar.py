@@ -9,6 +9,10 @@ Routes:
   hook calls), ``GET /healthz`` (the process serves), ``GET /readyz`` (active role, not
   draining, backend healthy: never "has spare capacity", so overload sheds with 429/503 while
   the pod stays in the Service);
+- ``POST /chat/completions`` (llama.cpp's alias) and other spellings of the two paths above
+  (trailing slash, case, percent-encoding) are admitted as those paths; the model servers' other
+  generation routes (``/generate``, ``/completion``, ``/v1/responses``, ``/invocations``, ...) are
+  refused with 403 ``path_not_admitted`` (:mod:`tidegate.admission.paths`);
 - everything else is passed through to the model server untouched.
 
 Errors the sidecar answers itself are OpenAI error documents, aiohttp's own ones included
@@ -48,7 +52,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from tidegate.admission import errors, metrics, stats, telemetry
+from tidegate.admission import errors, metrics, paths, stats, telemetry
 from tidegate.admission.breaker import Completion
 from tidegate.admission.config import ApiKeys, ConfigWatcher, SidecarConfig, SidecarSettings, read_role
 from tidegate.admission.cost import CHAT_PATH, COMPLETIONS_PATH, CostError
@@ -439,14 +443,25 @@ class Sidecar:
     async def _pass_through(self, request: web.Request) -> web.StreamResponse:
         """Other paths go to the model server unchanged, except ones with dot or empty segments:
         a backend that normalises ``/v1/./chat/completions`` would serve it without admission, and
-        the sidecar's own paths with another method (405 here: e.g. ``GET /v1/chat/completions``)."""
-        allowed = self._own_paths.get(request.path)
-        if allowed is not None:
-            raise web.HTTPMethodNotAllowed(request.method, sorted(allowed))
-        segments = urllib.parse.unquote(request.rel_url.raw_path).split("/")[1:]
+        the sidecar's own paths with another method (405 here: e.g. ``GET /v1/chat/completions``).
+        Spellings and aliases of the admitted paths are admitted; the model servers' own generation
+        routes are refused with 403 ``path_not_admitted`` (:mod:`tidegate.admission.paths`)."""
+        raw_path = request.rel_url.raw_path
+        segments = urllib.parse.unquote(raw_path).split("/")[1:]
         if any(seg in (".", "..") for seg in segments) or "" in segments[:-1]:
             body = errors.error_body(400, "paths with '.', '..' or empty segments are not accepted", "bad_request")
             return web.Response(status=400, body=body, content_type="application/json")
+        admitted_as = paths.admitted_as(request.method, raw_path)
+        if admitted_as is not None:  # an alias or spelling of an admitted path: the same admission
+            return await self._admitted(request, admitted_as)
+        allowed = self._own_paths.get(request.path)
+        if allowed is not None:
+            raise web.HTTPMethodNotAllowed(request.method, sorted(allowed))
+        if paths.refused(request.method, raw_path):  # the backend's own generation routes: no bypass
+            tenant = self._tenant(request) or "unknown"
+            priority = _header(request, self.engine.admission.priority_header)
+            message = paths.refusal_message(request.method, raw_path)
+            return self._refuse(tenant, priority, Reason.BAD_REQUEST, message, code=errors.PATH_NOT_ADMITTED)
         return await self.forwarder.pass_through(request)
 
     def _trusted(self, request: web.Request) -> bool:
