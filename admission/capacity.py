@@ -13,8 +13,10 @@ and the prompt tokens still in prefill. Rules, applied by :meth:`Capacity.fits`:
 
 Drain model (for ``retry_after_s``, deadline prediction and shedding), learned from completions:
 ``d``, the mean duration of successful requests (prior :attr:`EngineTuning.prior_duration_s`);
-freeing ``D`` tokens while ``I`` are in flight takes about ``d/2 x D / I`` seconds (in-flight
-requests are on average half done; Little's law). A request's predicted duration is its reserved
+freeing ``D`` tokens while ``T`` are in flight takes about ``d/2 x D/T`` seconds up to ``T``
+(in-flight requests are on average half done), and ``d`` per budget's worth beyond that (queued
+work runs whole; a full replica completes ``budget/d`` tokens per second, Little's law): see
+:meth:`Capacity.wait_s`. A request's predicted duration is its reserved
 tokens x the measured seconds per charged token. Prefill speed is learned from streamed requests'
 TTFT and ends the (unobservable) prefill of non-streamed ones.
 
@@ -158,19 +160,39 @@ class Capacity:
         return self.admission.max_concurrency - len(self.in_flight) - requests < 1
 
     def wait_s(self, ticket: Ticket, ahead_tokens: int, ahead_requests: int) -> float:
-        """Predicted seconds until ``ticket`` could start behind ``ahead_*`` (drain model)."""
+        """Predicted seconds until ``ticket`` could start behind ``ahead_*`` queued tokens and
+        requests (drain model; the ``retry_after_s`` of capacity refusals).
+
+        With ``d`` the mean duration, ``T`` the tokens in flight and ``B`` the budget this class
+        may use, a deficit of ``D`` tokens frees in two phases: the in-flight work, on average
+        half done, frees its ``T`` tokens within about ``d/2``; past that the deficit is queued
+        work that must itself run, and a full replica completes ``B/d`` tokens per second
+        (Little's law, L = λW, with L = B tokens held for W = d)::
+
+            wait = d/2 x min(D, T)/T + d x max(0, D - T)/B
+
+        and the same for requests (in-flight ``N``, slots ``C``); the larger of the two. The first
+        phase alone, as before, made a few small requests in flight the only source of free tokens:
+        80 tokens in flight before 5080 missing ones predicted 317 s where one duration passes.
+        """
         reserved_tokens, reserved_requests = self.reserved_for_others(ticket.priority)
-        free_tokens = self.token_budget - self.tokens - reserved_tokens
-        free_requests = self.admission.max_concurrency - len(self.in_flight) - reserved_requests
-        token_deficit = ahead_tokens + ticket.reserved_tokens - free_tokens
-        request_deficit = ahead_requests + 1 - free_requests
-        residual = self.mean_duration_s / 2
-        wait = 0.0
-        if token_deficit > 0:
-            wait = residual * token_deficit / max(self.tokens, 1)
-        if request_deficit > 0:
-            wait = max(wait, residual * request_deficit / max(len(self.in_flight), 1))
-        return wait
+        budget = self.token_budget - reserved_tokens
+        slots = self.admission.max_concurrency - reserved_requests
+        token_deficit = ahead_tokens + ticket.reserved_tokens - (budget - self.tokens)
+        request_deficit = ahead_requests + 1 - (slots - len(self.in_flight))
+        return max(
+            self._drain_s(token_deficit, self.tokens, budget),
+            self._drain_s(request_deficit, len(self.in_flight), slots),
+        )
+
+    def _drain_s(self, deficit: float, in_flight: float, capacity: float) -> float:
+        """Seconds to free ``deficit`` units with ``in_flight`` held of ``capacity`` (:meth:`wait_s`)."""
+        if deficit <= 0:
+            return 0.0
+        d = self.mean_duration_s
+        return d / 2 * min(deficit, in_flight) / max(in_flight, 1) + d * max(0.0, deficit - in_flight) / max(
+            capacity, 1
+        )
 
     # ---- learning -------------------------------------------------------------------------------
 
