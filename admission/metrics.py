@@ -24,6 +24,7 @@ Names and labels:
 """
 
 from collections.abc import Callable
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
@@ -31,6 +32,7 @@ from tidegate.admission.breaker import BreakerState
 from tidegate.admission.engine import Engine
 from tidegate.admission.ticket import Ticket
 
+_CACHED_CHILDREN = 4096  # label children remembered per metric (keys include raw tenant names: bounded)
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8, 15, 30, 60, 120, 300, 600)
 OTHER = "other"
 UNKNOWN = "unknown"
@@ -109,6 +111,12 @@ class SidecarMetrics:
             breaker.labels(state.value).set_function(lambda s=state: float(engine().breaker_state is s))
         self.tenants = TenantLabels(20, [])
         self.classes: frozenset[str] = frozenset()
+        # ``labels()`` costs a few µs per call (argument checks, a lock, a dict lookup); the hot path
+        # keeps the children it used, keyed by the raw values, and forgets them when labels change.
+        self._decision_children: dict[tuple[str, str, object, object], Any] = {}
+        self._latency_children: dict[str, tuple[Any, Any]] = {}
+        self._slo_children: dict[tuple[str, bool], Any] = {}
+        self.usage_missing_child = self.usage_missing.labels(pool)
 
     def configure(self, top_n: int, preferred: list[str], classes: list[str] | None = None) -> None:
         """Label bounds from the config: tenants (keeps names already handed out) and class names."""
@@ -118,6 +126,7 @@ class SidecarMetrics:
             self.tenants.label(name)
         if classes is not None:
             self.classes = self.classes | frozenset(classes)
+        self._decision_children.clear()
 
     def priority(self, name: str) -> str:
         """A configured class name, else ``unknown`` (the header is client input: bounded labels)."""
@@ -125,9 +134,20 @@ class SidecarMetrics:
 
     def decision(self, ticket: Ticket) -> None:
         """Count one settled decision (admitted, demoted or rejected)."""
-        reason = ticket.reason.value if ticket.reason is not None else ""
-        self.decisions.labels(self.pool, self.tenants.label(ticket.tenant), self.priority(ticket.priority),
-                              ticket.outcome.value, reason).inc()  # fmt: skip
+        key = (ticket.tenant, ticket.priority, ticket.outcome, ticket.reason)
+        child = self._decision_children.get(key)
+        if child is None:
+            if len(self._decision_children) >= _CACHED_CHILDREN:
+                self._decision_children.clear()
+            reason = ticket.reason.value if ticket.reason is not None else ""
+            child = self._decision_children[key] = self.decisions.labels(
+                self.pool,
+                self.tenants.label(ticket.tenant),
+                self.priority(ticket.priority),
+                ticket.outcome.value,
+                reason,
+            )
+        child.inc()
 
     def shed(self, ticket: Ticket) -> None:
         """Count one request shed in flight."""
@@ -135,11 +155,22 @@ class SidecarMetrics:
 
     def finished(self, ticket: Ticket, ttft_s: float | None, e2e_s: float, slo_s: float | None) -> None:
         """Latency of one admitted request (times from its arrival at the sidecar)."""
+        latency = self._latency_children.get(ticket.priority)
+        if latency is None:
+            latency = self._latency_children[ticket.priority] = (
+                self.ttft.labels(self.pool, ticket.priority), self.e2e.labels(self.pool, ticket.priority),
+            )  # fmt: skip
         if ttft_s is not None:
-            self.ttft.labels(self.pool, ticket.priority).observe(ttft_s)
+            latency[0].observe(ttft_s)
             if slo_s is not None:
-                self.slo.labels(self.pool, ticket.priority, "true" if ttft_s <= slo_s else "false").inc()
-        self.e2e.labels(self.pool, ticket.priority).observe(e2e_s)
+                met = ttft_s <= slo_s
+                slo = self._slo_children.get((ticket.priority, met))
+                if slo is None:
+                    slo = self._slo_children[(ticket.priority, met)] = self.slo.labels(
+                        self.pool, ticket.priority, "true" if met else "false"
+                    )
+                slo.inc()
+        latency[1].observe(e2e_s)
 
     def render(self) -> bytes:
         """The exposition text of every metric."""

@@ -1,6 +1,8 @@
 """Relaying to the model server: admitted completions (with SSE) and plain pass-through.
 
-One keep-alive connection pool (``aiohttp.ClientSession``) to the upstream on localhost.
+Two keep-alive connection pools to the upstream on localhost: the admitted path uses the lean
+:class:`~tidegate.admission.UpstreamPool` (its per-request cost is the sidecar's floor);
+pass-through and the sidecar's own calls (``/tokenize``, telemetry) use an ``aiohttp.ClientSession``.
 Guarantees of :meth:`Forwarder.forward` (the admitted path):
 
 - server-sent events are relayed event by event as they arrive: each upstream event (up to its
@@ -34,7 +36,7 @@ import json
 import math
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,11 +46,13 @@ from aiohttp import web
 from tidegate.admission import errors
 from tidegate.admission.breaker import Completion
 from tidegate.admission.reasons import Reason
+from tidegate.admission.upstream import UpstreamError, UpstreamPool, UpstreamResponse
 
 HOP_BY_HOP = frozenset(
     {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer",
      "transfer-encoding", "upgrade", "host", "content-length"}
 )  # fmt: skip
+_DROP_UPSTREAM = frozenset(name.encode() for name in HOP_BY_HOP | {"accept-encoding", "content-type"})
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 MAX_RELAYED_MESSAGE_CHARS = 512
 """An upstream error text longer than this is summarised, not relayed (it is usually an HTML page)."""
@@ -56,6 +60,7 @@ MAX_RELAYED_RETRY_S = 3600
 """An upstream ``Retry-After`` above this many seconds (``1e308``, ``inf``) is relayed as this."""
 _REPLACED_HEADERS = frozenset({"content-type", "content-encoding", "content-length"})
 _FINISH_REASON = re.compile(rb'"finish_reason":\s*"')  # a string value: that choice is over (null: not yet)
+_JSON = (b"Content-Type", b"application/json")
 
 
 @dataclass(slots=True)
@@ -83,6 +88,15 @@ def request_headers(headers: Any, drop: frozenset[str] = frozenset()) -> dict[st
     return {k: v for k, v in headers.items() if k.lower() not in HOP_BY_HOP and k.lower() not in drop}
 
 
+def upstream_headers(raw_headers: tuple[tuple[bytes, bytes], ...]) -> list[tuple[bytes, bytes]]:
+    """The admitted request's headers for the upstream, as raw bytes: hop-by-hop headers,
+    ``Accept-Encoding`` (answers are relayed and read uncompressed) and the client's
+    ``Content-Type`` dropped; ``Content-Type: application/json`` added."""
+    headers = [(name, value) for name, value in raw_headers if name.lower() not in _DROP_UPSTREAM]
+    headers.append(_JSON)
+    return headers
+
+
 def _usage_total(doc: Any) -> int | None:
     usage = doc.get("usage") if isinstance(doc, dict) else None
     if not isinstance(usage, dict):
@@ -104,14 +118,18 @@ class Forwarder:
         self._note_progress = note_progress
         self._clock = clock
         self.session: aiohttp.ClientSession | None = None
+        self.pool: UpstreamPool | None = None
 
     async def start(self) -> None:
         connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=60, enable_cleanup_closed=True)
         self.session = aiohttp.ClientSession(
             connector=connector, auto_decompress=False, timeout=aiohttp.ClientTimeout()
         )
+        self.pool = UpstreamPool(self.upstream)
 
     async def close(self) -> None:
+        if self.pool is not None:
+            self.pool.close()
         if self.session is not None:
             await self.session.close()
 
@@ -129,33 +147,30 @@ class Forwarder:
         relay: Relay,
     ) -> web.StreamResponse:
         """Send an admitted request upstream and relay the answer; ``relay`` records the outcome."""
-        assert self.session is not None, "Forwarder.start() first"
+        pool = self.pool
+        assert pool is not None, "Forwarder.start() first"
         started = relay.started_s = self._clock()
         payload = raw
         if stream and not client_wants_usage:
             options = body.get("stream_options")
             body = {**body, "stream_options": {**(options if isinstance(options, dict) else {}), "include_usage": True}}
             payload = json.dumps(body).encode()
-        headers = request_headers(request.headers, frozenset({"accept-encoding"}))
-        headers["Content-Type"] = "application/json"
-        upstream: aiohttp.ClientResponse | None = None
+        up: UpstreamResponse | None = None
         response: web.StreamResponse | None = None
         try:
-            upstream = await self.session.post(
-                self.upstream + path, data=payload, headers=headers, timeout=aiohttp.ClientTimeout(total=timeout_s)
-            )
-            relay.status = upstream.status
-            if upstream.status >= 500:
+            up = await pool.request("POST", path, upstream_headers(request.raw_headers), payload, timeout_s)
+            relay.status = up.status
+            if up.status >= 500:
                 relay.completion = Completion.FAILURE
-            elif upstream.status >= 400:
+            elif up.status >= 400:
                 relay.completion = Completion.NEUTRAL
-            if upstream.status == 200 and upstream.content_type == "text/event-stream":
+            if up.status == 200 and up.content_type == "text/event-stream":
                 response = web.StreamResponse(
                     status=200,
-                    headers={**SSE_HEADERS, "Content-Type": upstream.headers.get("Content-Type", "text/event-stream")},
+                    headers={**SSE_HEADERS, "Content-Type": up.headers.get("Content-Type", "text/event-stream")},
                 )
                 await response.prepare(request)
-                await self._relay_events(upstream, response, relay, started, client_wants_usage)
+                await self._relay_events(up, response, relay, started, client_wants_usage)
                 if stream and not relay.finished:  # a clean end of the response, but not of the answer
                     relay.completion = Completion.FAILURE
                     return await _stream_error(
@@ -164,22 +179,22 @@ class Forwarder:
                     )  # fmt: skip
                 await response.write_eof()
             else:
-                data = await upstream.read()
+                data = await up.read()
                 self._note_progress()
-                if upstream.status < 400:
+                if up.status < 400:
                     relay.completion = Completion.SUCCESS
-                    if upstream.content_type == "application/json":
+                    if up.content_type == "application/json":
                         try:
                             relay.used_tokens = _usage_total(json.loads(data))
                         except ValueError:
                             relay.used_tokens = None
                         relay.usage_reported = relay.used_tokens is not None
-                if upstream.status >= 500:
-                    response = _upstream_error(upstream, data)
+                if up.status >= 500:
+                    response = _upstream_error(up, data)
                 else:
-                    response = web.Response(status=upstream.status, body=data, headers=_response_headers(upstream))
-                if upstream.status in (429, 503):
-                    _honest_retry_headers(response, upstream.headers.get("Retry-After"))
+                    response = web.Response(status=up.status, body=data, headers=_response_headers(up.header_items))
+                if up.status in (429, 503):
+                    _honest_retry_headers(response, up.headers.get("Retry-After"))
             if relay.chunks and not relay.usage_reported:
                 relay.used_tokens = prompt_tokens + relay.chunks  # counted: ~one token per event
             return response
@@ -207,7 +222,7 @@ class Forwarder:
                 errors.error_body(504, f"the model server did not answer within {timeout_s:g} s", "upstream_timeout"),
             )
             return web.Response(status=status, headers=hdrs, body=body_bytes)
-        except aiohttp.ClientError as exc:
+        except (UpstreamError, aiohttp.ClientError) as exc:
             relay.completion = Completion.FAILURE
             if response is not None:
                 return await _stream_error(
@@ -215,14 +230,14 @@ class Forwarder:
                 )
             return web.Response(
                 status=502, headers={"Content-Type": "application/json"},
-                body=errors.error_body(502, f"model server unreachable: {type(exc).__name__}", "upstream_error"),
+                body=errors.error_body(502, f"model server unreachable: {exc}", "upstream_error"),
             )  # fmt: skip
         finally:
-            if upstream is not None:
+            if up is not None:
                 if relay.completion is Completion.SUCCESS or relay.completion is Completion.NEUTRAL:
-                    upstream.release()
+                    up.release()  # pooled only when the answer was read to its end
                 else:
-                    upstream.close()  # drop the connection: the backend aborts the generation
+                    up.close()  # drop the connection: the backend aborts the generation
 
     async def _shed_answer(self, response: web.StreamResponse | None, retry_s: float) -> web.StreamResponse:
         message = "request shed: running far longer than predicted; retry"
@@ -236,21 +251,26 @@ class Forwarder:
 
     async def _relay_events(
         self,
-        upstream: aiohttp.ClientResponse,
+        up: UpstreamResponse,
         response: web.StreamResponse,
         relay: Relay,
         started: float,
         client_wants_usage: bool,
     ) -> None:
-        event: list[bytes] = []
-        async for line in upstream.content:
-            event.append(line)
-            if line not in (b"\n", b"\r\n"):
-                continue
-            await self._relay_event(b"".join(event), response, relay, started, client_wants_usage)
-            event.clear()
-        if event:
-            await self._relay_event(b"".join(event), response, relay, started, client_wants_usage)
+        """Relay each event (lines up to a blank line: ``\\n`` or ``\\r\\n``) as soon as it is complete."""
+        pending = b""
+        scan = 0  # where the next unread line starts in ``pending``
+        while chunk := await up.read_chunk():
+            pending += chunk
+            start = 0
+            while (newline := pending.find(b"\n", scan)) >= 0:
+                if newline == scan or (newline == scan + 1 and pending[scan] == 13):  # a blank line ends the event
+                    await self._relay_event(pending[start : newline + 1], response, relay, started, client_wants_usage)
+                    start = newline + 1
+                scan = newline + 1
+            pending, scan = pending[start:], scan - start
+        if pending:
+            await self._relay_event(pending, response, relay, started, client_wants_usage)
         relay.completion = Completion.SUCCESS
 
     async def _relay_event(
@@ -291,7 +311,7 @@ class Forwarder:
             async with self.session.request(
                 request.method, url, headers=request_headers(request.headers), data=data
             ) as up:
-                response = web.StreamResponse(status=up.status, headers=_response_headers(up))
+                response = web.StreamResponse(status=up.status, headers=_response_headers(up.headers.items()))
                 await response.prepare(request)
                 async for chunk in up.content.iter_any():
                     await response.write(chunk)
@@ -304,11 +324,11 @@ class Forwarder:
             )  # fmt: skip
 
 
-def _response_headers(upstream: aiohttp.ClientResponse) -> dict[str, str]:
-    return {k: v for k, v in upstream.headers.items() if k.lower() not in HOP_BY_HOP}
+def _response_headers(items: Iterable[tuple[str, str]]) -> dict[str, str]:
+    return {k: v for k, v in items if k.lower() not in HOP_BY_HOP}
 
 
-def _upstream_error(upstream: aiohttp.ClientResponse, data: bytes) -> web.Response:
+def _upstream_error(up: UpstreamResponse, data: bytes) -> web.Response:
     """An upstream 5xx answer for the client: same status, an OpenAI error body (module docstring)."""
     text = data.decode("utf-8", "replace").strip()
     try:
@@ -318,18 +338,16 @@ def _upstream_error(upstream: aiohttp.ClientResponse, data: bytes) -> web.Respon
     if isinstance(doc, dict):
         inner = doc.get("error")
         if isinstance(inner, dict) and isinstance(inner.get("message"), str):
-            return web.Response(status=upstream.status, body=data, headers=_response_headers(upstream))
+            return web.Response(status=up.status, body=data, headers=_response_headers(up.header_items))
         doc = inner if isinstance(inner, str) else doc.get("message", doc.get("detail"))  # TGI, vLLM, FastAPI
     message = doc.strip() if isinstance(doc, str) else ""
     if not text:
-        message = f"the model server answered HTTP {upstream.status} with an empty body"
+        message = f"the model server answered HTTP {up.status} with an empty body"
     elif not message or len(message) > MAX_RELAYED_MESSAGE_CHARS:
-        message = f"the model server answered HTTP {upstream.status} ({len(data)} bytes of {upstream.content_type}, not shown)"
-    headers = {k: v for k, v in _response_headers(upstream).items() if k.lower() not in _REPLACED_HEADERS}
+        message = f"the model server answered HTTP {up.status} ({len(data)} bytes of {up.content_type}, not shown)"
+    headers = {k: v for k, v in _response_headers(up.header_items).items() if k.lower() not in _REPLACED_HEADERS}
     headers["Content-Type"] = "application/json"
-    return web.Response(
-        status=upstream.status, headers=headers, body=errors.error_body(upstream.status, message, "upstream_error")
-    )
+    return web.Response(status=up.status, headers=headers, body=errors.error_body(up.status, message, "upstream_error"))
 
 
 async def _stream_error(response: web.StreamResponse, status: int, message: str, code: str) -> web.StreamResponse:

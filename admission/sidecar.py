@@ -93,8 +93,8 @@ def _header(request: web.Request, name: str) -> str | None:
     """A header value as valid UTF-8: aiohttp keeps undecodable bytes as surrogates, which would
     later break every ``/metrics`` scrape once such a value became a label; they become U+FFFD."""
     value = request.headers.get(name)
-    if value is None:
-        return None
+    if value is None or value.isascii():
+        return value
     return value.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
 
 
@@ -346,7 +346,7 @@ class Sidecar:
             )  # fmt: skip
             self._wake_settled()
             if not relay.usage_reported and relay.completion is Completion.SUCCESS:
-                self.metrics.usage_missing.labels(self.metrics.pool).inc()
+                self.metrics.usage_missing_child.inc()
             if relay.started_s:
                 ttft = None if relay.ttft_s is None else relay.started_s - arrival + relay.ttft_s
                 slo = engine._classes.get(ticket.priority)
