@@ -66,10 +66,23 @@ _TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "inval
           429: "rate_limit_error", 503: "service_unavailable_error"}  # fmt: skip
 
 
+_BODIES: dict[tuple[int, str, str, str | None], bytes] = {}
+_MAX_CACHED_BODIES = 1024
+
+
 def error_body(status: int, message: str, code: str, param: str | None = None) -> bytes:
-    """An OpenAI-style error document (JSON bytes)."""
-    doc = {"error": {"message": message, "type": _TYPES.get(status, "api_error"), "param": param, "code": code}}
-    return json.dumps(doc).encode()
+    """An OpenAI-style error document (JSON bytes).
+
+    Built once per distinct refusal and then reused: a tenant flooding the sidecar meets the same
+    message again and again, and serialising it was a tenth of the cost of a fast refusal."""
+    key = (status, message, code, param)
+    body = _BODIES.get(key)
+    if body is None:
+        if len(_BODIES) >= _MAX_CACHED_BODIES:  # messages carry tenant names: bounded
+            _BODIES.clear()
+        doc = {"error": {"message": message, "type": _TYPES.get(status, "api_error"), "param": param, "code": code}}
+        body = _BODIES[key] = json.dumps(doc).encode()
+    return body
 
 
 def retry_headers(retry_after_s: float | None) -> dict[str, str]:

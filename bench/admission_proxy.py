@@ -18,6 +18,8 @@ All targets sit in front of the same upstream, in one run (issue 3, benchmarks (
 Each proxy process is pinned to CPU 1 (one core); the upstream and the load generators share
 CPU 0 where the machine has two or more CPUs. ``cpu µs/req`` is the proxy's own CPU time (its
 process and children, from /proc) per answered request: steadier than req/s on a shared machine.
+Scenarios 1 and 2 run in ``--rounds`` rounds, the targets taking turns, and keep each target's
+best round (a busy neighbour slows a round; nothing makes one faster than the target can be).
 Scenarios:
 
 1. sequential requests (one connection): p50 / p99 latency, and p50 added over ``direct``;
@@ -307,7 +309,7 @@ async def flood_worker(port: int, connections: int, seconds: float, tenant: str)
     print(json.dumps({"rate": rate, "statuses": statuses}), flush=True)
 
 
-async def flood_round(port: int, seconds: float) -> tuple[list[float], list[float], dict]:
+async def flood_round(port: int, pid: int, seconds: float) -> tuple[list[float], list[float], dict]:
     """(admitted latencies alone, under the flood, flood summary): alone / flood / alone windows."""
     good = {"x-tenant-id": "good"}
     worker = subprocess.Popen(
@@ -319,8 +321,12 @@ async def flood_round(port: int, seconds: float) -> tuple[list[float], list[floa
     _, before = await load(port, 2, seconds / 2, headers=good)
     worker.stdin.write("go\n")
     worker.stdin.flush()
+    cpu_before, wall_before = cpu_s(pid), time.perf_counter()
     _, under = await load(port, 2, seconds, headers=good)
+    cpu_after, wall_after = cpu_s(pid), time.perf_counter()
     summary = json.loads(await asyncio.get_running_loop().run_in_executor(None, worker.stdout.readline))
+    if cpu_before is not None and cpu_after is not None:
+        summary["busy"] = (cpu_after - cpu_before) / (wall_after - wall_before)
     worker.wait(timeout=30)
     _, after = await load(port, 2, seconds / 2, headers=good)
     alone = [s for s, st in before + after if st == 200]
@@ -331,6 +337,7 @@ async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--requests", type=int, default=2000)
+    parser.add_argument("--rounds", type=int, default=2, help="rounds of scenarios 1 and 2; the best counts")
     parser.add_argument("--loop", choices=("auto", "uvloop", "asyncio"), default="auto",
                         help="event loop of the sidecar and of the bare aiohttp proxy (auto: uvloop if installed)")  # fmt: skip
     parser.add_argument("--litellm", action="store_true", help=f"add the LiteLLM proxy (venv: {LITELLM_VENV})")
@@ -383,7 +390,7 @@ async def main() -> None:
         pids["parsed no"] = sidecar(sidecar_config(tmp, "parsed", limited), parsed_port, up).pid
         flood = sidecar_config(tmp, "flood", {"tenancy": {"identity": "header", "tenants": [
             {"name": "flood", "tokensPerSecond": 0.001, "burstTokens": 30}]}})  # fmt: skip
-        sidecar(flood, flood_port, up)
+        pids["flood"] = sidecar(flood, flood_port, up).pid
         for port in (*targets.values(), fast_port, parsed_port, flood_port):
             await wait_ready(port)
         if args.litellm:
@@ -398,27 +405,38 @@ async def main() -> None:
             await load(port, 4, 0.5)
 
         print(f"Python proxies on {loop}; proxies pinned to CPU 1, upstream and load on CPU 0; {os.cpu_count()} CPUs")
-        print(f"1. sequential, {args.requests} requests (at most 20 s), one connection")
+        print(f"1. sequential, {args.requests} requests (at most 20 s), one connection, best of {args.rounds} rounds")
         print(f"   {'target':<14}{'p50 ms':>9}{'p99 ms':>9}{'added p50 ms':>14}")
-        p50s = {}
-        for name, port in targets.items():
-            _, samples = await load(port, 1, 20, count=args.requests)
-            lat = [s for s, _ in samples]
-            p50s[name] = pct(lat, 0.5) * 1000
+        best: dict[str, list[float]] = {}
+        for _ in range(args.rounds):  # targets take turns, so a noisy moment hits one round, not one target
+            for name, port in targets.items():
+                _, samples = await load(port, 1, 20, count=args.requests)
+                lat = [s for s, _ in samples]
+                if name not in best or pct(lat, 0.5) < pct(best[name], 0.5):
+                    best[name] = lat
+        p50s = {name: pct(lat, 0.5) * 1000 for name, lat in best.items()}
+        for name, lat in best.items():
             print(f"   {name:<14}{p50s[name]:>9.3f}{pct(lat, 0.99) * 1000:>9.3f}{p50s[name] - p50s['direct']:>14.3f}")
         print("   sidecar added p50 (target <= 0.3 ms): "
               f"{'pass' if p50s['sidecar'] - p50s['direct'] <= 0.3 else 'FAIL'}")  # fmt: skip
 
-        print(f"2. saturation, 32 connections, {args.seconds:g} s")
+        print(f"2. saturation, 32 connections, {args.seconds:g} s, best of {args.rounds} rounds (req/s and cpu each)")
         print(f"   {'target':<14}{'req/s':>9}{'cpu µs/req':>12}{'non-200':>9}")
-        rates = {}
-        for name, port in targets.items():
-            before = cpu_s(pids[name]) if name in pids else None
-            rates[name], samples = await load(port, 32, args.seconds)
-            after = cpu_s(pids[name]) if name in pids else None
-            per = f"{(after - before) / len(samples) * 1e6:.0f}" if before is not None and after is not None else "-"
-            bad = sum(status != 200 for _, status in samples)
-            print(f"   {name:<14}{rates[name]:>9.0f}{per:>12}{bad:>9}")
+        rates: dict[str, float] = {}
+        cpus: dict[str, float] = {}
+        bad: dict[str, int] = {}
+        for _ in range(args.rounds):
+            for name, port in targets.items():
+                before = cpu_s(pids[name]) if name in pids else None
+                rate, samples = await load(port, 32, args.seconds)
+                after = cpu_s(pids[name]) if name in pids else None
+                rates[name] = max(rate, rates.get(name, 0.0))
+                if before is not None and after is not None:
+                    cpus[name] = min((after - before) / len(samples) * 1e6, cpus.get(name, float("inf")))
+                bad[name] = bad.get(name, 0) + sum(status != 200 for _, status in samples)
+        for name in targets:
+            per = f"{cpus[name]:.0f}" if name in cpus else "-"
+            print(f"   {name:<14}{rates[name]:>9.0f}{per:>12}{bad[name]:>9}")
         for name, target in (("nginx", 0.5), ("bare aiohttp", 0.9), ("litellm", 20)):
             if name in rates:
                 ratio = rates["sidecar"] / rates[name]
@@ -442,14 +460,15 @@ async def main() -> None:
             f"4. flood: admitted tenant (2 connections) alone / under a refused flood (20) / alone, {args.seconds:g} s"
         )
         await load(flood_port, 1, 600, count=1, headers={"x-tenant-id": "flood"})  # the flood's bucket: short
-        alone, under, summary = await flood_round(flood_port, args.seconds)
+        alone, under, summary = await flood_round(flood_port, pids["flood"], args.seconds)
         p99_alone, p99_flood = pct(alone, 0.99) * 1000, pct(under, 0.99) * 1000
         ratio = p99_flood / p99_alone
         print(f"   admitted p50 alone {pct(alone, 0.5) * 1000:.3f} ms, under flood {pct(under, 0.5) * 1000:.3f} ms")
         print(f"   admitted p99 alone {p99_alone:.3f} ms, under flood {p99_flood:.3f} ms: ratio {ratio:.2f} "
               f"(target <= 1.1: {'pass' if ratio <= 1.1 else 'FAIL'})")  # fmt: skip
-        print(f"   flood: {summary['rate']:.0f} req/s, statuses {summary['statuses']}; "
-              f"admitted {len(under) / args.seconds:.0f} req/s under it, {len(alone) / args.seconds:.0f} alone")  # fmt: skip
+        busy = f", the sidecar busy {summary['busy']:.0%} of a core" if "busy" in summary else ""
+        print(f"   flood: {summary['rate']:.0f} req/s, statuses {summary['statuses']}{busy}; "
+              f"admitted {len(under) / args.seconds:.0f} req/s under it, {len(alone) / (2 * args.seconds / 2):.0f} alone")  # fmt: skip
         for note in notes:
             print(f"   note: {note}")
     finally:
