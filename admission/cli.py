@@ -39,8 +39,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def loop_factory(choice: str) -> "Callable[[], asyncio.AbstractEventLoop] | None":
-    """The event loop to serve on: uvloop (libuv; about 10% less CPU per proxied request than
-    asyncio's selector loop, ``bench/admission_proxy.py``) unless asked otherwise or not installed.
+    """The event loop to serve on: uvloop (libuv; a few per cent less CPU per proxied request and
+    about 0.04 ms less added latency than asyncio's selector loop, ``bench/admission_proxy.py``)
+    unless asked otherwise or not installed.
     Raises ``SystemExit`` when ``uvloop`` is asked for and missing."""
     if choice == "asyncio":
         return None

@@ -354,10 +354,15 @@ async def main() -> None:
     notes: list[str] = []
     tmp = tempfile.mkdtemp(prefix="tidegate-bench-")
 
+    # an older sidecar (no --event-loop) always ran on asyncio's loop
+    helped = subprocess.run([TIDEGATE, "admission", "--help"], capture_output=True, text=True).stdout
+    loop_flag = ["--event-loop", loop] if "--event-loop" in helped else []
+    if not loop_flag and loop != "asyncio":
+        raise SystemExit("this sidecar has no --event-loop: run with --loop asyncio")
+
     def sidecar(config: str, port: int, up_port: int) -> subprocess.Popen:
         proc = spawn([TIDEGATE, "admission", "--config", config, "--upstream", f"http://127.0.0.1:{up_port}",
-                      "--listen", f"127.0.0.1:{port}", "--log-level", "WARNING",
-                      *(["--event-loop", "uvloop"] if loop == "uvloop" else [])], 1)  # fmt: skip
+                      "--listen", f"127.0.0.1:{port}", "--log-level", "WARNING", *loop_flag], 1)  # fmt: skip
         procs.append(proc)
         return proc
 
