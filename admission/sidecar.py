@@ -283,8 +283,11 @@ class Sidecar:
             self.metrics.decision(early)
             return self._rejection(early)
         try:
-            async with asyncio.timeout(admission.body_read_timeout_seconds):
+            if request.content.is_eof():  # the whole body is here already: nothing to wait for, no timer
                 raw = await read_limited(request, admission.max_request_bytes)
+            else:
+                async with asyncio.timeout(admission.body_read_timeout_seconds):
+                    raw = await read_limited(request, admission.max_request_bytes)
         except BodyTooLarge:
             return self._refuse(tenant, priority, Reason.REQUEST_TOO_LARGE,
                                 f"request body over {admission.max_request_bytes} bytes", code="request_body_too_large")  # fmt: skip
