@@ -1,8 +1,9 @@
 """Relaying to the model server: admitted completions (with SSE) and plain pass-through.
 
-Two keep-alive connection pools to the upstream on localhost: the admitted path uses the lean
-:class:`~tidegate.admission.UpstreamPool` (its per-request cost is the sidecar's floor);
-pass-through and the sidecar's own calls (``/tokenize``, telemetry) use an ``aiohttp.ClientSession``.
+One keep-alive connection pool (``aiohttp.ClientSession``) to the upstream on localhost. (A
+home-made HTTP/1.1 client on ``httptools`` cost ~100 µs less CPU per request and was measured, then
+not kept: the project uses a well-kept library over its own code outside admission itself; the
+figures are in ``bench/admission_proxy.py``'s notes.)
 Guarantees of :meth:`Forwarder.forward` (the admitted path):
 
 - server-sent events are relayed event by event as they arrive: each upstream event (up to its
@@ -46,13 +47,12 @@ from aiohttp import web
 from tidegate.admission import errors
 from tidegate.admission.breaker import Completion
 from tidegate.admission.reasons import Reason
-from tidegate.admission.upstream import UpstreamError, UpstreamPool, UpstreamResponse
 
 HOP_BY_HOP = frozenset(
     {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer",
      "transfer-encoding", "upgrade", "host", "content-length"}
 )  # fmt: skip
-_DROP_UPSTREAM = frozenset(name.encode() for name in HOP_BY_HOP | {"accept-encoding", "content-type"})
+_DROP_ADMITTED = frozenset({"accept-encoding", "content-type"})  # answers are relayed uncompressed; JSON is set
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 MAX_RELAYED_MESSAGE_CHARS = 512
 """An upstream error text longer than this is summarised, not relayed (it is usually an HTML page)."""
@@ -60,7 +60,6 @@ MAX_RELAYED_RETRY_S = 3600
 """An upstream ``Retry-After`` above this many seconds (``1e308``, ``inf``) is relayed as this."""
 _REPLACED_HEADERS = frozenset({"content-type", "content-encoding", "content-length"})
 _FINISH_REASON = re.compile(rb'"finish_reason":\s*"')  # a string value: that choice is over (null: not yet)
-_JSON = (b"Content-Type", b"application/json")
 
 
 @dataclass(slots=True)
@@ -88,15 +87,6 @@ def request_headers(headers: Any, drop: frozenset[str] = frozenset()) -> dict[st
     return {k: v for k, v in headers.items() if k.lower() not in HOP_BY_HOP and k.lower() not in drop}
 
 
-def upstream_headers(raw_headers: tuple[tuple[bytes, bytes], ...]) -> list[tuple[bytes, bytes]]:
-    """The admitted request's headers for the upstream, as raw bytes: hop-by-hop headers,
-    ``Accept-Encoding`` (answers are relayed and read uncompressed) and the client's
-    ``Content-Type`` dropped; ``Content-Type: application/json`` added."""
-    headers = [(name, value) for name, value in raw_headers if name.lower() not in _DROP_UPSTREAM]
-    headers.append(_JSON)
-    return headers
-
-
 def _usage_total(doc: Any) -> int | None:
     usage = doc.get("usage") if isinstance(doc, dict) else None
     if not isinstance(usage, dict):
@@ -118,18 +108,14 @@ class Forwarder:
         self._note_progress = note_progress
         self._clock = clock
         self.session: aiohttp.ClientSession | None = None
-        self.pool: UpstreamPool | None = None
 
     async def start(self) -> None:
         connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=60, enable_cleanup_closed=True)
         self.session = aiohttp.ClientSession(
             connector=connector, auto_decompress=False, timeout=aiohttp.ClientTimeout()
         )
-        self.pool = UpstreamPool(self.upstream)
 
     async def close(self) -> None:
-        if self.pool is not None:
-            self.pool.close()
         if self.session is not None:
             await self.session.close()
 
@@ -147,18 +133,22 @@ class Forwarder:
         relay: Relay,
     ) -> web.StreamResponse:
         """Send an admitted request upstream and relay the answer; ``relay`` records the outcome."""
-        pool = self.pool
-        assert pool is not None, "Forwarder.start() first"
+        session = self.session
+        assert session is not None, "Forwarder.start() first"
         started = relay.started_s = self._clock()
         payload = raw
         if stream and not client_wants_usage:
             options = body.get("stream_options")
             body = {**body, "stream_options": {**(options if isinstance(options, dict) else {}), "include_usage": True}}
             payload = json.dumps(body).encode()
-        up: UpstreamResponse | None = None
+        headers = request_headers(request.headers, _DROP_ADMITTED)
+        headers["Content-Type"] = "application/json"
+        up: aiohttp.ClientResponse | None = None
         response: web.StreamResponse | None = None
         try:
-            up = await pool.request("POST", path, upstream_headers(request.raw_headers), payload, timeout_s)
+            up = await session.post(
+                self.upstream + path, data=payload, headers=headers, timeout=aiohttp.ClientTimeout(total=timeout_s)
+            )
             relay.status = up.status
             if up.status >= 500:
                 relay.completion = Completion.FAILURE
@@ -192,7 +182,7 @@ class Forwarder:
                 if up.status >= 500:
                     response = _upstream_error(up, data)
                 else:
-                    response = web.Response(status=up.status, body=data, headers=_response_headers(up.header_items))
+                    response = web.Response(status=up.status, body=data, headers=_response_headers(up.headers.items()))
                 if up.status in (429, 503):
                     _honest_retry_headers(response, up.headers.get("Retry-After"))
             if relay.chunks and not relay.usage_reported:
@@ -222,7 +212,7 @@ class Forwarder:
                 errors.error_body(504, f"the model server did not answer within {timeout_s:g} s", "upstream_timeout"),
             )
             return web.Response(status=status, headers=hdrs, body=body_bytes)
-        except (UpstreamError, aiohttp.ClientError) as exc:
+        except aiohttp.ClientError as exc:
             relay.completion = Completion.FAILURE
             if response is not None:
                 return await _stream_error(
@@ -230,12 +220,12 @@ class Forwarder:
                 )
             return web.Response(
                 status=502, headers={"Content-Type": "application/json"},
-                body=errors.error_body(502, f"model server unreachable: {exc}", "upstream_error"),
+                body=errors.error_body(502, f"model server unreachable: {type(exc).__name__}", "upstream_error"),
             )  # fmt: skip
         finally:
             if up is not None:
                 if relay.completion is Completion.SUCCESS or relay.completion is Completion.NEUTRAL:
-                    up.release()  # pooled only when the answer was read to its end
+                    up.release()
                 else:
                     up.close()  # drop the connection: the backend aborts the generation
 
@@ -251,7 +241,7 @@ class Forwarder:
 
     async def _relay_events(
         self,
-        up: UpstreamResponse,
+        up: aiohttp.ClientResponse,
         response: web.StreamResponse,
         relay: Relay,
         started: float,
@@ -260,7 +250,7 @@ class Forwarder:
         """Relay each event (lines up to a blank line: ``\\n`` or ``\\r\\n``) as soon as it is complete."""
         pending = b""
         scan = 0  # where the next unread line starts in ``pending``
-        while chunk := await up.read_chunk():
+        async for chunk in up.content.iter_any():
             pending += chunk
             start = 0
             while (newline := pending.find(b"\n", scan)) >= 0:
@@ -328,7 +318,7 @@ def _response_headers(items: Iterable[tuple[str, str]]) -> dict[str, str]:
     return {k: v for k, v in items if k.lower() not in HOP_BY_HOP}
 
 
-def _upstream_error(up: UpstreamResponse, data: bytes) -> web.Response:
+def _upstream_error(up: aiohttp.ClientResponse, data: bytes) -> web.Response:
     """An upstream 5xx answer for the client: same status, an OpenAI error body (module docstring)."""
     text = data.decode("utf-8", "replace").strip()
     try:
@@ -338,14 +328,14 @@ def _upstream_error(up: UpstreamResponse, data: bytes) -> web.Response:
     if isinstance(doc, dict):
         inner = doc.get("error")
         if isinstance(inner, dict) and isinstance(inner.get("message"), str):
-            return web.Response(status=up.status, body=data, headers=_response_headers(up.header_items))
+            return web.Response(status=up.status, body=data, headers=_response_headers(up.headers.items()))
         doc = inner if isinstance(inner, str) else doc.get("message", doc.get("detail"))  # TGI, vLLM, FastAPI
     message = doc.strip() if isinstance(doc, str) else ""
     if not text:
         message = f"the model server answered HTTP {up.status} with an empty body"
     elif not message or len(message) > MAX_RELAYED_MESSAGE_CHARS:
         message = f"the model server answered HTTP {up.status} ({len(data)} bytes of {up.content_type}, not shown)"
-    headers = {k: v for k, v in _response_headers(up.header_items).items() if k.lower() not in _REPLACED_HEADERS}
+    headers = {k: v for k, v in _response_headers(up.headers.items()).items() if k.lower() not in _REPLACED_HEADERS}
     headers["Content-Type"] = "application/json"
     return web.Response(status=up.status, headers=headers, body=errors.error_body(up.status, message, "upstream_error"))
 
