@@ -8,6 +8,9 @@ Config file (YAML or JSON; the operator mounts it from a ConfigMap)::
     admission: {tokenBudget: 65536, maxConcurrency: 64, ...}   # optional: all defaults
 
 Both sections are validated by the same pydantic models as the CRD (camelCase or snake_case).
+An InferencePool manifest (``kind: InferencePool``, e.g. ``examples/minimal.yaml``; in a file of
+several documents, the one InferencePool) is accepted as well: its ``metadata.name`` / ``namespace`` and ``spec.model`` / ``spec.admission`` are used, the
+rest of the spec is the operator's business and ignored here.
 :class:`ConfigWatcher` re-reads the file when its content changes (ConfigMap volumes swap a
 ``..data`` symlink, so it compares content, not just mtime); a file that does not parse keeps
 the last good configuration and says why.
@@ -53,15 +56,34 @@ class SidecarConfig(BaseModel):
 def parse(text: str, source: str = "<config>") -> SidecarConfig:
     """Parse a YAML/JSON config document. Raises :class:`ConfigError`."""
     try:
-        data = yaml.safe_load(text)
+        docs = [doc for doc in yaml.safe_load_all(text) if doc is not None]
     except yaml.YAMLError as exc:
         raise ConfigError(f"{source}: not YAML/JSON: {exc}") from exc
+    if len(docs) > 1:  # a manifest file: the one InferencePool in it
+        docs = [doc for doc in docs if isinstance(doc, dict) and doc.get("kind") == "InferencePool"]
+        if len(docs) != 1:
+            raise ConfigError(f"{source}: several YAML documents; expected exactly one InferencePool among them")
+    data = docs[0] if docs else None
     if not isinstance(data, dict):
         raise ConfigError(f"{source}: expected a mapping with 'model' and 'admission'")
+    if data.get("kind") == "InferencePool":
+        data = _from_manifest(data, source)
     try:
         return SidecarConfig.model_validate(data)
     except ValidationError as exc:
         raise ConfigError(f"{source}: {exc}") from exc
+
+
+def _from_manifest(doc: dict, source: str) -> dict:
+    """The sidecar's sections of an InferencePool manifest (raises :class:`ConfigError` without ``spec.model``)."""
+    metadata = doc.get("metadata") if isinstance(doc.get("metadata"), dict) else {}
+    spec = doc.get("spec")
+    if not isinstance(spec, dict) or "model" not in spec:
+        raise ConfigError(f"{source}: an InferencePool manifest needs spec.model")
+    out = {"model": spec["model"], "pool": metadata.get("name", ""), "namespace": metadata.get("namespace", "")}
+    if "admission" in spec:
+        out["admission"] = spec["admission"]
+    return out
 
 
 def load(path: str | os.PathLike[str]) -> SidecarConfig:

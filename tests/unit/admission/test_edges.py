@@ -1,10 +1,12 @@
 """The sidecar's pure edges: reason -> HTTP mapping, config files, backend metric names, NVML, labels."""
 
 import json
+import pathlib
 import sys
 import types
 
 import pytest
+import yaml
 
 from tidegate.admission import config, errors, telemetry
 from tidegate.admission.metrics import OTHER, TenantLabels
@@ -54,6 +56,26 @@ def test_the_operators_config_document_parses(tmp_path) -> None:
     )
     cfg = config.load(path)
     assert cfg.pool == "small" and cfg.admission.queue.max_depth == 8 and cfg.model.max_context_tokens == 8192
+
+
+def test_an_inference_pool_manifest_is_a_config_too() -> None:
+    """``tidegate admission --config examples/multi-tenant.yaml`` uses the pool's model and admission."""
+    examples = pathlib.Path(__file__).resolve().parents[3] / "examples"
+    cfg = config.load(examples / "multi-tenant.yaml")
+    docs = yaml.safe_load_all((examples / "multi-tenant.yaml").read_text())  # the pool and a NetworkPolicy
+    doc = next(d for d in docs if d and d["kind"] == "InferencePool")
+    assert cfg.pool == doc["metadata"]["name"] and cfg.model.name == doc["spec"]["model"]["name"]
+    assert [t.name for t in cfg.admission.tenancy.tenants] == [
+        t["name"] for t in doc["spec"]["admission"]["tenancy"]["tenants"]
+    ]
+    assert config.load(examples / "minimal.yaml").pool == "small"
+
+
+def test_a_manifest_without_a_model_names_what_is_missing(tmp_path) -> None:
+    path = tmp_path / "pool.yaml"
+    path.write_text("kind: InferencePool\nmetadata: {name: p}\nspec: {replicas: 1}\n")
+    with pytest.raises(config.ConfigError, match=r"spec\.model"):
+        config.load(path)
 
 
 @pytest.mark.parametrize(
