@@ -271,6 +271,12 @@ class Sidecar:
                 param=tenancy.header,
             )  # fmt: skip
         tenant = self._tenant(request)
+        if tenant is not None and "," in tenant and tenancy.identity is TenantIdentitySource.HEADER:
+            return self._refuse(  # repeated headers merged into one by a proxy (RFC 9110 5.3): same as above
+                "unknown", priority, Reason.BAD_REQUEST,
+                f"the tenant header {tenancy.header!r} holds a list ({tenant!r}); send one tenant",
+                param=tenancy.header,
+            )  # fmt: skip
         if tenant is None:
             return self._refuse("unknown", priority, Reason.UNAUTHORIZED, "missing or unknown API key")
         if not self.serving:

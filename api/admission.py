@@ -235,7 +235,9 @@ class Tenant(TenantPolicy):
         Field(
             min_length=1,
             max_length=128,
-            description="Tenant identity as it arrives (header value, or the name mapped from an API key).",
+            pattern=r"^[^,]+$",
+            description="Tenant identity as it arrives (header value, or the name mapped from an API key). "
+            "No commas: a header value with a comma is a list that a proxy merged, and is refused.",
         ),
     ]
 

@@ -103,6 +103,11 @@ CASES = [
         "spec.admission.tenancy.tenants",
     ),
     Case(
+        "tenant-name-with-comma",
+        {"admission": {"tenancy": {"tenants": [{"name": "acme, globex"}]}}},
+        "spec.admission.tenancy.tenants",  # the API server says tenants[0].name
+    ),
+    Case(
         "budget-below-context",
         {"model": {"maxContextTokens": 32768}, "admission": {"tokenBudget": 16384}},
         "spec.admission.tokenBudget",

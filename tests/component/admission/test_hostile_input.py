@@ -56,8 +56,12 @@ async def test_a_tenant_header_sent_twice_with_different_values_is_refused_not_g
     assert err["param"] == "x-tenant-id" and "more than once" in err["message"]
     repeated = await _raw_request(_port(sidecar), head + b"x-tenant-id: acme\r\nx-tenant-id: acme\r\n", body)
     assert repeated.startswith(b"HTTP/1.1 200"), repeated[:200]  # the same value twice is not ambiguous
+    merged = await _raw_request(_port(sidecar), head + b"x-tenant-id: victim, gateway-says\r\n", body)
+    assert merged.startswith(b"HTTP/1.1 400"), merged[:200]  # the same two, merged into one by a proxy
+    assert error_of(json.loads(merged.split(b"\r\n\r\n", 1)[1]))["param"] == "x-tenant-id"
     stats = sidecar.snapshot()
     assert "victim" not in stats.tenants and stats.tenants["acme"].admitted == 1
+    assert not any("," in name for name in stats.tenants)
     assert (stats.in_flight_requests, stats.in_flight_tokens) == (0, 0)
 
 
