@@ -271,10 +271,11 @@ class Sidecar:
                 param=tenancy.header,
             )  # fmt: skip
         tenant = self._tenant(request)
-        if tenant is not None and "," in tenant and tenancy.identity is TenantIdentitySource.HEADER:
+        listed = _header(request, tenancy.header) if tenancy.identity is TenantIdentitySource.HEADER else None
+        if listed is not None and "," in listed:  # the whole value: the 128-character cut could drop the comma
             return self._refuse(  # repeated headers merged into one by a proxy (RFC 9110 5.3): same as above
                 "unknown", priority, Reason.BAD_REQUEST,
-                f"the tenant header {tenancy.header!r} holds a list ({tenant!r}); send one tenant",
+                f"the tenant header {tenancy.header!r} holds a list ({listed[:200]!r}); send one tenant",
                 param=tenancy.header,
             )  # fmt: skip
         if tenant is None:

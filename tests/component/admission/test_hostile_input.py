@@ -65,6 +65,23 @@ async def test_a_tenant_header_sent_twice_with_different_values_is_refused_not_g
     assert (stats.in_flight_requests, stats.in_flight_tokens) == (0, 0)
 
 
+async def test_a_merged_tenant_list_is_refused_even_when_its_first_value_is_over_the_length_cap(
+    start_sim, start_sidecar
+) -> None:
+    # Tenant names may be 128 characters (the API's limit) and longer header values are cut to
+    # 128; a client value of 128 characters or more, merged with the gateway's, must not lose the
+    # gateway's part (the comma) to the cut and be admitted as the client's own choice.
+    sim = await start_sim(decode_tokens_per_s=1000)
+    sidecar = await start_sidecar(sim.url, admission={"tenancy": {"identity": "header"}})
+    body = json.dumps(chat(max_tokens=2)).encode()
+    head = b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    chosen = b"v" * 128
+    merged = await _raw_request(_port(sidecar), head + b"x-tenant-id: " + chosen + b", gateway-says\r\n", body)
+    assert merged.startswith(b"HTTP/1.1 400"), merged[:200]
+    assert error_of(json.loads(merged.split(b"\r\n\r\n", 1)[1]))["param"] == "x-tenant-id"
+    assert sidecar.snapshot().admitted_total == 0
+
+
 async def test_deeply_nested_json_is_a_400_in_the_openai_shape(start_sim, start_sidecar, http) -> None:
     sim = await start_sim()
     sidecar = await start_sidecar(sim.url)
