@@ -10,7 +10,10 @@ Config file (YAML or JSON; the operator mounts it from a ConfigMap)::
 Both sections are validated by the same pydantic models as the CRD (camelCase or snake_case).
 An InferencePool manifest (``kind: InferencePool``, e.g. ``examples/minimal.yaml``; in a file of
 several documents, the one InferencePool) is accepted as well: its ``metadata.name`` / ``namespace`` and ``spec.model`` / ``spec.admission`` are used, the
-rest of the spec is the operator's business and ignored here.
+rest of the spec is the operator's business and ignored here. Its ``apiVersion``, when given, must be in
+the ``tidegate.dev`` group (the Gateway API inference extension has an InferencePool kind too), and
+top-level keys other than ``apiVersion``, ``kind``, ``metadata``, ``spec`` and ``status`` are refused
+(a ``model`` or ``admission`` section beside ``kind`` would otherwise be silently ignored).
 :class:`ConfigWatcher` re-reads the file when its content changes (ConfigMap volumes swap a
 ``..data`` symlink, so it compares content, not just mtime); a file that does not parse keeps
 the last good configuration and says why.
@@ -27,6 +30,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from tidegate.api.admission import AdmissionSpec
+from tidegate.api.constants import API_VERSION, GROUP, KIND
 from tidegate.api.serving import ModelSpec
 
 
@@ -60,13 +64,13 @@ def parse(text: str, source: str = "<config>") -> SidecarConfig:
     except yaml.YAMLError as exc:
         raise ConfigError(f"{source}: not YAML/JSON: {exc}") from exc
     if len(docs) > 1:  # a manifest file: the one InferencePool in it
-        docs = [doc for doc in docs if isinstance(doc, dict) and doc.get("kind") == "InferencePool"]
+        docs = [doc for doc in docs if isinstance(doc, dict) and doc.get("kind") == KIND and _ours(doc)]
         if len(docs) != 1:
-            raise ConfigError(f"{source}: several YAML documents; expected exactly one InferencePool among them")
+            raise ConfigError(f"{source}: several YAML documents; expected exactly one {API_VERSION} {KIND} among them")
     data = docs[0] if docs else None
     if not isinstance(data, dict):
         raise ConfigError(f"{source}: expected a mapping with 'model' and 'admission'")
-    if data.get("kind") == "InferencePool":
+    if data.get("kind") == KIND:
         data = _from_manifest(data, source)
     try:
         return SidecarConfig.model_validate(data)
@@ -74,8 +78,25 @@ def parse(text: str, source: str = "<config>") -> SidecarConfig:
         raise ConfigError(f"{source}: {exc}") from exc
 
 
+_MANIFEST_KEYS = ("apiVersion", "kind", "metadata", "spec", "status")
+
+
+def _ours(doc: dict) -> bool:
+    """Whether a ``kind: InferencePool`` document is tidegate's (no ``apiVersion``: taken as ours)."""
+    return "apiVersion" not in doc or str(doc["apiVersion"]).split("/", 1)[0] == GROUP
+
+
 def _from_manifest(doc: dict, source: str) -> dict:
-    """The sidecar's sections of an InferencePool manifest (raises :class:`ConfigError` without ``spec.model``)."""
+    """The sidecar's sections of an InferencePool manifest. Raises :class:`ConfigError` for another
+    API group's InferencePool, top-level keys a manifest does not have, or no ``spec.model``."""
+    if not _ours(doc):
+        raise ConfigError(f"{source}: apiVersion {doc['apiVersion']!r} is not tidegate's {KIND} ({API_VERSION})")
+    extra = sorted(str(key) for key in doc if key not in _MANIFEST_KEYS)
+    if extra:
+        raise ConfigError(
+            f"{source}: an {KIND} manifest has only {', '.join(_MANIFEST_KEYS)} at the top; "
+            f"move {', '.join(extra)} under spec (or drop kind for the sidecar's own file)"
+        )
     metadata = doc.get("metadata") if isinstance(doc.get("metadata"), dict) else {}
     spec = doc.get("spec")
     if not isinstance(spec, dict) or "model" not in spec:

@@ -78,6 +78,25 @@ def test_a_manifest_without_a_model_names_what_is_missing(tmp_path) -> None:
         config.load(path)
 
 
+def test_sidecar_sections_misplaced_in_a_manifest_are_refused_not_ignored() -> None:
+    # Beside kind: InferencePool, a top-level admission (or drainToken) is not read; running on
+    # the defaults instead of the limits written there would go unnoticed.
+    text = "kind: InferencePool\nmetadata: {name: p}\nspec: {model: {name: m}}\nadmission: {tokenBudget: 100}\n"
+    with pytest.raises(config.ConfigError, match="admission"):
+        config.parse(text)
+    listed = "apiVersion: tidegate.dev/v1alpha1\nkind: InferencePool\nmetadata: {name: p}\nspec: {model: {name: m}}\n"
+    assert config.parse(listed + "status: {activeReplicas: 1}\n").pool == "p"  # kubectl get -o yaml output
+
+
+def test_another_api_groups_inference_pool_is_not_taken_for_the_pool() -> None:
+    # The Gateway API inference extension also has a kind InferencePool; a file holding both is common.
+    ours = "apiVersion: tidegate.dev/v1alpha1\nkind: InferencePool\nmetadata: {name: ours}\nspec: {model: {name: m}}\n"
+    gateway = "apiVersion: inference.networking.k8s.io/v1\nkind: InferencePool\nmetadata: {name: gw}\nspec: {targetPorts: [{number: 8000}]}\n"
+    assert config.parse(gateway + "---\n" + ours).pool == "ours"
+    with pytest.raises(config.ConfigError, match=r"inference\.networking\.k8s\.io"):
+        config.parse(gateway)
+
+
 @pytest.mark.parametrize(
     "text",
     ["[1, 2]", "model: {}", "model: {name: m}\nadmission: {tokenBudget: 0}", "a: [", "model: {name: m}\nextra: 1"],
