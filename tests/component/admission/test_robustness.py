@@ -2,6 +2,7 @@
 would notice when the model server or a client misbehaves."""
 
 import asyncio
+import contextlib
 import json
 import time
 
@@ -337,3 +338,41 @@ async def test_shed_requests_are_counted_in_metrics_and_stats(start_sim, start_s
     assert 'tidegate_admission_shed_total{pool="test",priority="interactive",tenant="default"} 1.0' in text
     snap = await stats.fetch(http, sidecar.url)
     assert snap.shed_total == 1 and snap.completed_total == 2
+
+
+async def test_a_client_expecting_100_continue_is_answered_by_a_backend_that_ignores_expect(start_sidecar) -> None:
+    """curl and many HTTP clients send ``Expect: 100-continue`` before a large body. The sidecar
+    answers it and reads the whole body itself; forwarded upstream, the expectation made the
+    sidecar wait for a 100 from the model server before sending the body it already had, so a
+    server that ignores Expect (RFC 9110 allows it) and waits for the body hung the request."""
+    answer = json.dumps({"id": "c", "object": "chat.completion", "model": "m",
+                         "choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"},
+                                      "finish_reason": "stop"}],
+                         "usage": {"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4}}).encode()  # fmt: skip
+
+    async def ignores_expect(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(asyncio.IncompleteReadError, ConnectionError):
+            while head := await reader.readuntil(b"\r\n\r\n"):
+                length = next((int(line.split(b":")[1]) for line in head.lower().split(b"\r\n")
+                               if line.startswith(b"content-length:")), 0)  # fmt: skip
+                await reader.readexactly(length)  # the body first, never a 100 Continue
+                writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+                             % (len(answer), answer))  # fmt: skip
+                await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(ignores_expect, "127.0.0.1", 0)
+    try:
+        sidecar = await start_sidecar(f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}")
+        body = json.dumps(chat(max_tokens=2)).encode()
+        reader, writer = await asyncio.open_connection("127.0.0.1", _port(sidecar))
+        writer.write(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     b"Expect: 100-continue\r\nConnection: close\r\nContent-Length: %d\r\n\r\n" % len(body))  # fmt: skip
+        assert (await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5.0)).startswith(b"HTTP/1.1 100")
+        writer.write(body)
+        status, _, reply = await _read_reply(reader, timeout_s=5.0)
+        writer.close()
+        assert status == 200, reply
+        assert sidecar.snapshot().completed_total == 1
+    finally:
+        server.close()
