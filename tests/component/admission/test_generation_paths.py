@@ -129,3 +129,16 @@ async def test_ordinary_paths_and_safe_methods_still_pass_through(start_sidecar,
     assert _generation(seen) == [("GET", "/v1/models"), ("POST", "/tokenize"), ("GET", "/"), ("POST", "/v1/embeddings")]
     stats = sidecar.snapshot()
     assert stats.admitted_total == 0 and stats.rejected_total == {}
+
+
+@pytest.mark.parametrize("path", ["/v1/chat/completions%0A", "/generate%0A", "/v1/responses%0D%0A"])
+async def test_a_newline_after_a_generation_route_never_reaches_the_model_server(
+    start_sidecar, http, upstream, path: str
+) -> None:
+    # Starlette's route regexes end in `$`, which also matches before a trailing newline: vLLM would
+    # serve `/v1/chat/completions\n`. The sidecar must not pass such a path through unadmitted.
+    url, seen = upstream
+    sidecar = await start_sidecar(url)
+    async with http.post(f"{sidecar.url}{path}", json={"prompt": "hi", "max_tokens": 2}) as resp:
+        assert resp.status in (400, 403, 404)
+    assert _generation(seen) == [] and sidecar.snapshot().admitted_total == 0
