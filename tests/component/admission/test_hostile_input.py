@@ -5,6 +5,8 @@ import asyncio
 import email.utils
 import json
 import time
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 import aiohttp
 import pytest
@@ -41,22 +43,32 @@ async def test_invalid_utf8_tenant_header_neither_fails_the_request_nor_breaks_m
         assert "bad\ufffd\ufffd" in await resp.text()
 
 
+async def _header_tenancy_sidecar(start_sim, start_sidecar) -> tuple[Any, Callable[[bytes], Awaitable[bytes]]]:
+    """A sidecar with tenants from ``x-tenant-id``, and a function sending a chat request with extra raw header lines."""
+    sim = await start_sim(decode_tokens_per_s=1000)
+    sidecar = await start_sidecar(sim.url, admission={"tenancy": {"identity": "header"}})
+    body = json.dumps(chat(max_tokens=2)).encode()
+    head = b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+
+    async def send(header_lines: bytes) -> bytes:
+        return await _raw_request(_port(sidecar), head + header_lines, body)
+
+    return sidecar, send
+
+
 async def test_a_tenant_header_sent_twice_with_different_values_is_refused_not_guessed(
     start_sim, start_sidecar
 ) -> None:
     # A gateway that appends its tenant header (Envoy's default append action) behind a client
     # that sent its own would otherwise hand the client's choice of tenant to admission.
-    sim = await start_sim(decode_tokens_per_s=1000)
-    sidecar = await start_sidecar(sim.url, admission={"tenancy": {"identity": "header"}})
-    body = json.dumps(chat(max_tokens=2)).encode()
-    head = b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-    spoofed = await _raw_request(_port(sidecar), head + b"x-tenant-id: victim\r\nx-tenant-id: gateway-says\r\n", body)
+    sidecar, send = await _header_tenancy_sidecar(start_sim, start_sidecar)
+    spoofed = await send(b"x-tenant-id: victim\r\nx-tenant-id: gateway-says\r\n")
     assert spoofed.startswith(b"HTTP/1.1 400"), spoofed[:200]
     err = error_of(json.loads(spoofed.split(b"\r\n\r\n", 1)[1]))
     assert err["param"] == "x-tenant-id" and "more than once" in err["message"]
-    repeated = await _raw_request(_port(sidecar), head + b"x-tenant-id: acme\r\nx-tenant-id: acme\r\n", body)
+    repeated = await send(b"x-tenant-id: acme\r\nx-tenant-id: acme\r\n")
     assert repeated.startswith(b"HTTP/1.1 200"), repeated[:200]  # the same value twice is not ambiguous
-    merged = await _raw_request(_port(sidecar), head + b"x-tenant-id: victim, gateway-says\r\n", body)
+    merged = await send(b"x-tenant-id: victim, gateway-says\r\n")
     assert merged.startswith(b"HTTP/1.1 400"), merged[:200]  # the same two, merged into one by a proxy
     assert error_of(json.loads(merged.split(b"\r\n\r\n", 1)[1]))["param"] == "x-tenant-id"
     stats = sidecar.snapshot()
@@ -71,12 +83,8 @@ async def test_a_merged_tenant_list_is_refused_even_when_its_first_value_is_over
     # Tenant names may be 128 characters (the API's limit) and longer header values are cut to
     # 128; a client value of 128 characters or more, merged with the gateway's, must not lose the
     # gateway's part (the comma) to the cut and be admitted as the client's own choice.
-    sim = await start_sim(decode_tokens_per_s=1000)
-    sidecar = await start_sidecar(sim.url, admission={"tenancy": {"identity": "header"}})
-    body = json.dumps(chat(max_tokens=2)).encode()
-    head = b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-    chosen = b"v" * 128
-    merged = await _raw_request(_port(sidecar), head + b"x-tenant-id: " + chosen + b", gateway-says\r\n", body)
+    sidecar, send = await _header_tenancy_sidecar(start_sim, start_sidecar)
+    merged = await send(b"x-tenant-id: " + b"v" * 128 + b", gateway-says\r\n")
     assert merged.startswith(b"HTTP/1.1 400"), merged[:200]
     assert error_of(json.loads(merged.split(b"\r\n\r\n", 1)[1]))["param"] == "x-tenant-id"
     assert sidecar.snapshot().admitted_total == 0
