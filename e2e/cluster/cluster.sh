@@ -85,6 +85,7 @@ down() {
 	bin="$(bin_dir)"
 	"$bin/kwokctl" delete cluster --name "$name" >&2 || true
 	rm -f "$kubeconfig"
+	rmdir "$(dirname "$kubeconfig")" 2>/dev/null || true # leave nothing behind but what someone else put there
 }
 
 case "${1:-}" in
