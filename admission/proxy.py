@@ -86,15 +86,12 @@ _ANSWERED_HERE = frozenset({"expect"})
 """Request headers the sidecar has already acted on: aiohttp answers ``Expect: 100-continue``
 before the handler runs; forwarded, the upstream client would hold the body back until the model
 server sent a 100 of its own, and a server that ignores Expect (RFC 9110 10.1.1) would hang."""
+_NOT_FORWARDED = HOP_BY_HOP | _ANSWERED_HERE
 
 
 def request_headers(headers: Any, drop: frozenset[str] = frozenset()) -> dict[str, str]:
     """Headers to send upstream: hop-by-hop headers, ``Expect`` (answered here) and ``drop`` removed."""
-    return {
-        k: v
-        for k, v in headers.items()
-        if k.lower() not in HOP_BY_HOP and k.lower() not in _ANSWERED_HERE and k.lower() not in drop
-    }
+    return {k: v for k, v in headers.items() if (low := k.lower()) not in _NOT_FORWARDED and low not in drop}
 
 
 def _usage_total(doc: Any) -> int | None:
