@@ -3,16 +3,57 @@
 Invariants (what the engine relies on):
 
 - ``reserved_tokens >= 1`` and is never below what the backend may actually hold for the request:
-  the output reservation is the largest declared cap (``max_tokens``, ``max_completion_tokens``)
-  per sequence, times the sequences generated (``max(n, best_of)``) and the prompts sent, and
-  defaults to the context left after the prompt; it is clamped to the context left, which is
-  what vLLM itself enforces (``prompt + max_tokens <= --max-model-len``).
+  the output reservation is the largest output cap any of vLLM, llama.cpp or TGI could honour
+  (table below), per sequence, times the sequences generated and the prompts sent, and defaults
+  to the context left after the prompt; it is clamped to the context left, which is what the
+  servers enforce (vLLM: ``prompt + max_tokens <= --max-model-len``; llama.cpp stops a slot when
+  its context is full).
+- ``reserved_tokens <= maxContextTokens x sequences x prompts``: one sequence can never hold more
+  than the context window, so the prompt's safety factor never pushes a request past it. With
+  ``tokenBudget == maxContextTokens`` a single full-context request is therefore admitted.
 - The safety factor covers tokenizer *estimate* error, so it multiplies the estimated prompt
   tokens only: an exact prompt count and the declared output caps are exact upper bounds, and
   over-reserving them would waste budget (a request with ``max_completion_tokens: 10000`` holds
   exactly 10000 output tokens).
-- A malformed body is a :class:`CostError` with reason ``bad_request``; a prompt that cannot fit
-  the context window is ``request_too_large``. Both are final (no retry helps).
+- A malformed or inconsistent body is a :class:`CostError` with reason ``bad_request`` naming the
+  field (``param``); a prompt that cannot fit the context window is ``request_too_large``. Both
+  are final (no retry helps).
+
+Request fields that change the output length or the number of sequences. A server ignores the
+fields it does not know, so each counts whichever server is behind the sidecar: the reservation
+takes the largest cap and the most sequences any of them could honour.
+
+========================  ====================================================  =================================
+field                     source                                                reservation
+========================  ====================================================  =================================
+``max_tokens``            OpenAI; vLLM ``entrypoints/openai/protocol.py``;      output cap per sequence, >= 1
+                          llama.cpp alias of ``n_predict``; TGI ``ChatRequest``
+``max_completion_tokens`` OpenAI; vLLM chat (wins over ``max_tokens``);         output cap per sequence, >= 1
+                          llama.cpp alias of ``n_predict`` (wins over
+                          ``max_tokens``)
+``n_predict``             llama.cpp ``tools/server/server-schema.cpp``: wins    output cap per sequence; -1 (its
+                          over both aliases, hard limits -1..INT32_MAX          default): until the slot's context
+                                                                                is full, so the context left
+``max_new_tokens``        TGI ``GenerateParameters`` (``router/src/lib.rs``)    output cap per sequence, >= 1
+``min_tokens``            vLLM ``SamplingParams``                               output floor per sequence, >= 0;
+                                                                                over the cap vLLM applies
+                                                                                (``max_completion_tokens`` or
+                                                                                ``max_tokens``): 400
+``ignore_eos``            vLLM; llama.cpp                                       with no cap, the context left
+                                                                                (``defaultMaxTokens`` assumes the
+                                                                                model stops by itself)
+``n``                     OpenAI; vLLM; llama.cpp alias of ``n_cmpl``           sequences per prompt, >= 1
+``n_cmpl``                llama.cpp (wins over ``n``)                           sequences; given with a different
+                                                                                ``n``: 400
+``best_of``               vLLM completions; TGI ``GenerateParameters``          sequences = max(n, best_of);
+                                                                                below ``n``: 400 (vLLM's rule)
+``use_beam_search``       vLLM (beam width ``n``)                               a boolean; the beams are ``n``
+========================  ====================================================  =================================
+
+Versions read: llama.cpp commit 0c1e570 (vendored by ``llama-cpp-python==0.3.36``), vLLM's
+OpenAI server and ``vllm/sampling_params.py`` (``SamplingParams._verify_args``: "min_tokens must be
+less than or equal to max_tokens", "best_of must be greater than or equal to n"), TGI 3.x. Every
+count field is an integer (JSON ``true`` is not); ``null`` is absent, as in all three servers.
 
 Estimate (``tokenizer: estimate``): characters of every string in the prompt divided by
 ``estimateCharsPerToken`` (default 3: English BPE averages about 4, code and CJK fewer), plus 4
@@ -63,7 +104,8 @@ class RequestCost:
 
     ``prompt_tokens``: exact count or estimate (see ``prompt_exact``). ``output_tokens``: the
     output reservation over all sequences and prompts. ``reserved_tokens``: what admission holds
-    (prompt over-reserved by the safety factor when estimated, plus output).
+    (prompt over-reserved by the safety factor when estimated, plus output), at most
+    ``maxContextTokens`` per sequence. ``sequences``: per prompt.
     """
 
     prompt_tokens: int
@@ -80,13 +122,71 @@ class RequestCost:
         return cls(prompt_tokens, output_tokens, max(1, prompt_tokens + output_tokens), prompt_exact=True)
 
 
-def _positive_int(body: Mapping[str, Any], key: str, default: int | None = None) -> int | None:
+def _int_field(body: Mapping[str, Any], key: str, minimum: int) -> int | None:
+    """``body[key]`` as an integer >= ``minimum``; None when absent or null; else a 400 naming ``key``."""
     value = body.get(key)
     if value is None:
-        return default
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise CostError(Reason.BAD_REQUEST, f"'{key}' must be an integer >= 1, got {value!r}", param=key)
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise CostError(Reason.BAD_REQUEST, f"'{key}' must be an integer >= {minimum}, got {value!r}", param=key)
     return value
+
+
+def _bool_field(body: Mapping[str, Any], key: str) -> bool:
+    value = body.get(key)
+    if value is not None and not isinstance(value, bool):
+        raise CostError(Reason.BAD_REQUEST, f"'{key}' must be a boolean, got {value!r}", param=key)
+    return value is True
+
+
+@dataclass(frozen=True, slots=True)
+class _Output:
+    """What a body asks for per prompt (module table): ``cap`` output tokens per sequence (None: no
+    cap, ``until_full``: until the context is full), at least ``floor``, over ``sequences``."""
+
+    cap: int | None
+    until_full: bool
+    floor: int
+    sequences: int
+
+
+def _output(body: Mapping[str, Any]) -> _Output:
+    """Read and cross-check every field of the module table (raises :class:`CostError`)."""
+    max_tokens = _int_field(body, "max_tokens", 1)
+    max_completion = _int_field(body, "max_completion_tokens", 1)
+    max_new = _int_field(body, "max_new_tokens", 1)
+    n_predict = _int_field(body, "n_predict", -1)
+    min_tokens = _int_field(body, "min_tokens", 0)
+    ignore_eos = _bool_field(body, "ignore_eos")
+    _bool_field(body, "use_beam_search")
+    n = _int_field(body, "n", 1)
+    n_cmpl = _int_field(body, "n_cmpl", 1)
+    best_of = _int_field(body, "best_of", 1)
+    if n is not None and n_cmpl is not None and n != n_cmpl:
+        raise CostError(
+            Reason.BAD_REQUEST, f"'n_cmpl' ({n_cmpl}) and 'n' ({n}) disagree: llama.cpp reads 'n_cmpl', "
+            "other servers 'n'; send one", param="n_cmpl",
+        )  # fmt: skip
+    vllm_cap = max_completion if max_completion is not None else max_tokens  # vLLM's own precedence
+    if min_tokens is not None and vllm_cap is not None and min_tokens > vllm_cap:
+        cap_name = "max_completion_tokens" if max_completion is not None else "max_tokens"
+        raise CostError(
+            Reason.BAD_REQUEST, f"'min_tokens' ({min_tokens}) must be <= '{cap_name}' ({vllm_cap})", param="min_tokens"
+        )
+    per_prompt = n_cmpl or n or 1
+    if best_of is not None and best_of < per_prompt:
+        raise CostError(
+            Reason.BAD_REQUEST, f"'best_of' ({best_of}) must be >= the completions asked for ({per_prompt})",
+            param="best_of",
+        )  # fmt: skip
+    caps = [c for c in (max_tokens, max_completion, max_new, n_predict) if c is not None and c >= 0]
+    until_full = n_predict == -1 or (not caps and ignore_eos)
+    return _Output(
+        cap=max(caps) if caps else None,
+        until_full=until_full,
+        floor=min_tokens or 0,
+        sequences=max(per_prompt, best_of or 1),
+    )
 
 
 def _string_chars(value: Any, images: list[int]) -> int:
@@ -176,14 +276,13 @@ def of_body(
         fixed_tokens = 0
     else:
         raise ValueError(f"not an admitted path: {path}")
-    caps = [c for c in (_positive_int(body, "max_tokens"), _positive_int(body, "max_completion_tokens")) if c]
-    n = _positive_int(body, "n", 1) or 1
-    best_of = _positive_int(body, "best_of", n) or n
-    sequences = max(n, best_of)
+    asked = _output(body)
+    sequences = asked.sequences
 
     exact = prompt_tokens is not None or all(tokens is not None for _, tokens in prompts)
-    if prompt_tokens is not None:  # one exact count for all prompts together
-        per_prompt = [(prompt_tokens // len(prompts), prompt_tokens // len(prompts))] * len(prompts)
+    if prompt_tokens is not None:  # one exact count for all prompts together, shared out to the token
+        share, extra = divmod(prompt_tokens, len(prompts))
+        per_prompt = [(share + (i < extra), share + (i < extra)) for i in range(len(prompts))]
     else:
         per_prompt = [
             (t, t)
@@ -193,6 +292,7 @@ def of_body(
         ]
     total_prompt = 0
     output = 0
+    reserved = 0
     for estimate, lower in per_prompt:
         context_left = max_context_tokens - lower
         if context_left < 1:
@@ -202,16 +302,24 @@ def of_body(
                 param="messages" if path == CHAT_PATH else "prompt",
                 code="context_length_exceeded",
             )
-        per_sequence = max(caps) if caps else (default_max_tokens or context_left)
-        output += min(per_sequence, context_left) * sequences
+        if asked.until_full:
+            per_sequence = context_left
+        elif asked.cap is not None:
+            per_sequence = asked.cap
+        else:
+            per_sequence = default_max_tokens or context_left
+        prompt_output = min(max(per_sequence, asked.floor), context_left) * sequences
+        prompt_reserved = estimate if exact else math.ceil(estimate * safety_factor)
+        # no sequence holds more than the context window, whatever the estimate's safety margin says
+        reserved += min(prompt_reserved + prompt_output, max_context_tokens * sequences)
+        output += prompt_output
         total_prompt += estimate
-    prompt_reserved = total_prompt if exact else math.ceil(total_prompt * safety_factor)
     stream_options = body.get("stream_options")
     include_usage = isinstance(stream_options, Mapping) and stream_options.get("include_usage") is True
     return RequestCost(
         prompt_tokens=total_prompt,
         output_tokens=output,
-        reserved_tokens=max(1, prompt_reserved + output),
+        reserved_tokens=max(1, reserved),
         prompt_exact=exact,
         sequences=sequences,
         stream=body.get("stream") is True,

@@ -3,6 +3,8 @@
 import math
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tidegate.admission import cost
 from tidegate.admission.cost import CHAT_PATH, COMPLETIONS_PATH, CostError
@@ -120,3 +122,141 @@ def test_stream_flags_are_read() -> None:
     c = chat_cost({"messages": msgs(), "stream": True, "stream_options": {"include_usage": True}})
     assert c.stream and c.include_usage
     assert not chat_cost({"messages": msgs(), "stream": True}).include_usage
+
+
+def completions_cost(body: dict, **kw: object) -> cost.RequestCost:
+    args = {"max_context_tokens": 32768, "default_max_tokens": None, "chars_per_token": 3.0, "safety_factor": 1.0}
+    args.update(kw)
+    return cost.of_body(COMPLETIONS_PATH, body, **args)  # type: ignore[arg-type]
+
+
+def test_llamacpp_n_predict_over_a_smaller_max_tokens_is_reserved() -> None:
+    # llama.cpp reads n_predict before its aliases max_completion_tokens / max_tokens
+    c = completions_cost({"prompt": "Count:", "max_tokens": 4, "n_predict": 300, "ignore_eos": True})
+    assert c.output_tokens >= 300
+
+
+def test_llamacpp_n_predict_minus_one_reserves_the_context_left() -> None:
+    c = completions_cost({"prompt": list(range(100)), "max_tokens": 4, "n_predict": -1}, max_context_tokens=2048)
+    assert c.output_tokens == 2048 - 100 and c.reserved_tokens == 2048
+
+
+def test_llamacpp_n_cmpl_counts_its_completions() -> None:
+    c = completions_cost({"prompt": list(range(10)), "max_tokens": 2, "n_cmpl": 2})
+    assert c.sequences == 2 and c.output_tokens == 4
+    assert completions_cost({"prompt": "x", "max_tokens": 2, "n": 3, "n_cmpl": 3}).sequences == 3
+
+
+def test_tgi_max_new_tokens_is_a_cap() -> None:
+    assert completions_cost({"prompt": "x", "max_tokens": 5, "max_new_tokens": 700}).output_tokens == 700
+
+
+def test_min_tokens_is_a_floor_per_sequence() -> None:
+    c = chat_cost({"messages": msgs(), "min_tokens": 900, "n": 2}, default_max_tokens=256)
+    assert c.output_tokens == 1800
+
+
+def test_ignore_eos_without_a_cap_reserves_the_context_left_not_the_default() -> None:
+    c = completions_cost(
+        {"prompt": list(range(96)), "ignore_eos": True}, max_context_tokens=4096, default_max_tokens=64
+    )
+    assert c.output_tokens == 4000
+    assert completions_cost({"prompt": list(range(96))}, default_max_tokens=64).output_tokens == 64
+
+
+@pytest.mark.parametrize(
+    ("body", "param"),
+    [
+        ({"max_tokens": 4, "min_tokens": 5}, "min_tokens"),
+        ({"max_tokens": 100, "max_completion_tokens": 4, "min_tokens": 5}, "min_tokens"),
+        ({"n": 3, "best_of": 2}, "best_of"),
+        ({"n_cmpl": 3, "best_of": 2}, "best_of"),
+        ({"n": 2, "n_cmpl": 3}, "n_cmpl"),
+        ({"n_predict": -2}, "n_predict"),
+        ({"n_predict": 1.5}, "n_predict"),
+        ({"max_new_tokens": 0}, "max_new_tokens"),
+        ({"max_completion_tokens": -1}, "max_completion_tokens"),
+        ({"max_tokens": 4.5}, "max_tokens"),
+        ({"min_tokens": -1}, "min_tokens"),
+        ({"n_cmpl": 0}, "n_cmpl"),
+        ({"best_of": True}, "best_of"),
+        ({"ignore_eos": "yes"}, "ignore_eos"),
+        ({"use_beam_search": 1}, "use_beam_search"),
+    ],
+)
+def test_inconsistent_output_fields_are_bad_requests_naming_the_field(body: dict, param: str) -> None:
+    with pytest.raises(CostError) as err:
+        completions_cost({"prompt": "hi", **body})
+    assert err.value.reason is Reason.BAD_REQUEST and err.value.param == param
+    assert param in err.value.message
+
+
+def test_null_fields_are_absent() -> None:
+    c = completions_cost(
+        {"prompt": list(range(8)), "max_tokens": None, "n_predict": None, "n": None}, default_max_tokens=9
+    )
+    assert c.output_tokens == 9 and c.sequences == 1
+
+
+def test_a_request_without_max_tokens_never_reserves_more_than_the_context() -> None:
+    # estimate x safety factor + the context left after the prompt's lower bound used to reach 4098
+    c = chat_cost({"messages": msgs("hello there, " * 20)}, max_context_tokens=4096, safety_factor=1.1)
+    assert c.reserved_tokens <= 4096
+
+
+def test_a_long_prompt_with_a_small_cap_is_held_to_the_context() -> None:
+    words = " ".join(["tokenisation"] * 950)  # ~12k characters: estimated well over a 2048 context
+    c = chat_cost({"messages": msgs(words), "max_tokens": 8}, max_context_tokens=2048, safety_factor=1.1)
+    assert c.reserved_tokens == 2048
+
+
+def test_the_context_cap_is_per_sequence_and_per_prompt() -> None:
+    c = completions_cost({"prompt": ["y" * 9000, "z" * 9000], "n": 2}, max_context_tokens=2048, safety_factor=1.5)
+    assert c.reserved_tokens == 2 * 2 * 2048
+
+
+def test_an_exact_count_is_shared_out_to_the_token() -> None:
+    c = completions_cost({"prompt": ["a", "b", "c"], "max_tokens": 1}, prompt_tokens=10)
+    assert c.prompt_tokens == 10 and c.reserved_tokens == 13
+
+
+caps = st.none() | st.integers(1, 50_000)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    prompt=st.integers(1, 9000),
+    exact=st.booleans(),
+    max_tokens=caps,
+    max_new_tokens=caps,
+    n_predict=st.none() | st.integers(-1, 50_000),
+    min_tokens=st.none() | st.integers(0, 3000),
+    n=st.integers(1, 4),
+    ignore_eos=st.booleans(),
+    context=st.sampled_from([512, 2048, 4096, 8192]),
+    default=st.none() | st.integers(1, 512),
+    safety=st.floats(1.0, 4.0),
+)
+def test_the_reservation_covers_every_server_and_never_exceeds_the_context_per_sequence(
+    prompt: int, exact: bool, max_tokens: int | None, max_new_tokens: int | None, n_predict: int | None,
+    min_tokens: int | None, n: int, ignore_eos: bool, context: int, default: int | None, safety: float,
+) -> None:  # fmt: skip
+    if min_tokens is not None and max_tokens is not None and min_tokens > max_tokens:
+        min_tokens = max_tokens
+    body = {"prompt": list(range(prompt)) if exact else "w" * prompt, "max_tokens": max_tokens, "n": n,
+            "max_new_tokens": max_new_tokens, "n_predict": n_predict, "min_tokens": min_tokens, "ignore_eos": ignore_eos}  # fmt: skip
+    try:
+        c = completions_cost(body, max_context_tokens=context, default_max_tokens=default, safety_factor=safety)
+    except CostError as err:
+        lower = prompt if exact else math.ceil(prompt / cost.MAX_CHARS_PER_TOKEN)
+        assert err.reason is Reason.REQUEST_TOO_LARGE and lower >= context
+        return
+    assert 1 <= c.reserved_tokens <= context * n
+    if exact:  # the prompt is known: what the most generous of the three servers may hold is covered
+        left = context - prompt
+        declared = [v for v in (max_tokens, max_new_tokens, n_predict) if v is not None and v >= 0]
+        if n_predict == -1 or (ignore_eos and not declared):
+            per_sequence = left
+        else:
+            per_sequence = max(declared) if declared else (default or left)
+        assert c.reserved_tokens >= prompt + n * min(max(per_sequence, min_tokens or 0), left)

@@ -5,7 +5,9 @@
 - every admitted ticket is released exactly once; after releasing or cancelling everything the
   engine is back to zero: no tokens, slots or tenant state leak on any path;
 - under backlog, tenants are served tokens in proportion to their weights within the self-clocked
-  fair queueing margin.
+  fair queueing margin;
+- with ``tokenBudget == maxContextTokens`` every single-sequence request that fits the context is
+  admitted by an idle replica (the reservation never exceeds the context per sequence).
 """
 
 from collections import defaultdict
@@ -14,10 +16,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tidegate.admission.breaker import Completion
-from tidegate.admission.engine import EngineTuning, Telemetry
+from tidegate.admission.cost import CHAT_PATH, CostError
+from tidegate.admission.engine import Engine, EngineTuning, Telemetry
 from tidegate.admission.ticket import Ticket, TicketState, TicketStateError
+from tidegate.api.serving import ModelSpec
 
-from .helpers import FakeClock, engine, tokens
+from .helpers import FakeClock, admission, engine, tokens
 
 TENANTS = ["a", "b", "c", "d"]
 op = st.one_of(
@@ -164,3 +168,26 @@ def test_backlogged_tenants_are_served_in_proportion_to_their_weights(
     total, total_weight = sum(served.values()), sum(weights)
     for n, w in zip(names, weights, strict=True):
         assert abs(served[n] / total - w / total_weight) <= SHARE_MARGIN
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    context=st.sampled_from([2048, 4096, 8192]),
+    words=st.integers(0, 3000),
+    max_tokens=st.none() | st.integers(1, 10_000),
+    safety=st.floats(1.0, 4.0),
+)
+def test_a_budget_of_one_context_admits_every_single_sequence_request_that_fits_the_context(
+    context: int, words: int, max_tokens: int | None, safety: float
+) -> None:
+    e = Engine(
+        admission(tokenBudget=context, safetyFactor=safety),
+        ModelSpec(name="m", max_context_tokens=context),
+        FakeClock(),
+    )
+    body = {"messages": [{"role": "user", "content": " ".join(["word"] * words)}], "max_tokens": max_tokens}
+    try:
+        cost = e.cost(CHAT_PATH, body)
+    except CostError:
+        return  # a prompt over the context: the 400 the server would give too
+    assert e.submit("t", None, cost).state is TicketState.ADMITTED
