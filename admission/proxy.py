@@ -11,7 +11,9 @@ Guarantees of :meth:`Forwarder.forward` (the admitted path):
   ``Cache-Control: no-cache`` and ``X-Accel-Buffering: no`` so nginx-style intermediaries do not
   buffer either;
 - a streamed request always asks the upstream for the usage chunk
-  (``stream_options.include_usage``); a client that did not ask never sees it;
+  (``stream_options.include_usage``); a client that did not ask never sees it. Usage that comes
+  on a chunk with choices (llama.cpp's streamed ``/v1/completions`` sends it on each completion's
+  last chunk) is read too, and the chunk is relayed unchanged;
 - the outcome is reported exactly once through the returned :class:`Relay` record, on every path:
   completion (``success``), upstream 5xx / connection error / timeout / broken stream
   (``failure``), upstream 4xx incl. 429 (``neutral``), client gone (``cancelled``);
@@ -38,7 +40,7 @@ import math
 import re
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
@@ -76,6 +78,8 @@ class Relay:
     shed_retry_s: float | None = None  # set (with a task cancel) when the sidecar sheds the request
     on_first_event: Callable[[float], None] | None = None  # called with the TTFT at the first streamed event
     finished: bool = False  # the stream said it was over: ``data: [DONE]`` or a ``finish_reason``
+    usage_final: bool = False  # a usage chunk without choices (OpenAI, vLLM) was seen: it is the total
+    usage_by_choice: dict[int, tuple[int, int]] = field(default_factory=dict)  # index -> (prompt, completion)
 
 
 class _ClientGone(Exception):
@@ -103,6 +107,30 @@ def _usage_total(doc: Any) -> int | None:
         return total
     parts = [usage.get("prompt_tokens"), usage.get("completion_tokens")]
     return sum(p for p in parts if isinstance(p, int)) or None
+
+
+def _note_choice_usage(relay: Relay, doc: dict[str, Any]) -> None:
+    """Usage on a chunk that also carries choices: llama.cpp's streamed ``/v1/completions`` puts each
+    completion's usage on its last chunk, next to ``choices[{finish_reason}]``
+    (``server_task_result_cmpl_final::to_json_oaicompat`` in ``tools/server/server-task.cpp``,
+    llama.cpp 0c1e570); vLLM's ``continuous_usage_stats`` puts a running count on every chunk. The
+    latest usage per choice index counts, the prompt once and the completions added up (OpenAI's
+    usage for ``n > 1``), until a usage chunk without choices gives the total."""
+    usage, choices = doc.get("usage"), doc.get("choices")
+    if not isinstance(usage, dict) or not isinstance(choices, list) or not isinstance(choices[0], dict):
+        return
+    index = choices[0].get("index", 0)
+    prompt, completion = usage.get("prompt_tokens"), usage.get("completion_tokens")
+    if not isinstance(prompt, int) or not isinstance(completion, int):
+        total = _usage_total(doc)
+        if total is None:
+            return
+        prompt, completion = 0, total
+    relay.usage_by_choice[index if isinstance(index, int) else 0] = (max(0, prompt), max(0, completion))
+    seen = relay.usage_by_choice.values()
+    total = max(p for p, _ in seen) + sum(c for _, c in seen)
+    if total > 0:
+        relay.used_tokens, relay.usage_reported = total, True
 
 
 class Forwarder:
@@ -288,11 +316,14 @@ class Forwarder:
                     doc = json.loads(event[len(b"data:") :])
                 except ValueError:
                     doc = None
-                total = _usage_total(doc)
-                if total is not None and not doc.get("choices"):
-                    relay.used_tokens, relay.usage_reported = total, True
-                    if not client_wants_usage:
-                        return  # the usage chunk we asked for on the client's behalf
+                if isinstance(doc, dict) and not doc.get("choices"):
+                    total = _usage_total(doc)
+                    if total is not None:
+                        relay.used_tokens, relay.usage_reported, relay.usage_final = total, True, True
+                        if not client_wants_usage:
+                            return  # the usage chunk we asked for on the client's behalf
+                elif isinstance(doc, dict) and not relay.usage_final:
+                    _note_choice_usage(relay, doc)  # relayed as is: it carries content or a finish_reason
             relay.chunks += 1
         try:
             await response.write(event)

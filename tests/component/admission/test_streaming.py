@@ -167,3 +167,57 @@ async def test_backend_tokenizer_makes_the_prompt_exact(start_sim, start_sidecar
         (ticket,) = sidecar.engine.in_flight.values()
     assert ticket.cost.prompt_exact and ticket.cost.prompt_tokens == count
     assert ticket.reserved_tokens == count + 50  # exact: no safety factor
+
+
+def _llamacpp_chunk(index: int, text: str, finish: str | None = None, usage: dict | None = None) -> bytes:
+    """One event of llama.cpp's streamed /v1/completions (tools/server/server-task.cpp, llama.cpp
+    0c1e570): the final chunk of each completion carries ``usage`` next to its ``finish_reason``."""
+    doc: dict = {
+        "choices": [{"text": text, "index": index, "logprobs": None, "finish_reason": finish}],
+        "created": 1, "model": "smollm2", "system_fingerprint": "b1-0c1e570", "object": "text_completion", "id": "c1",
+    }  # fmt: skip
+    if usage is not None:
+        doc["usage"] = usage
+    return b"data: " + json.dumps(doc).encode() + b"\n\n"
+
+
+async def _llamacpp_completions(request: web.Request) -> web.StreamResponse:
+    body = await request.json()
+    resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+    await resp.prepare(request)
+    for index in range(body.get("n", 1)):
+        for i in range(3):
+            await resp.write(_llamacpp_chunk(index, f" w{i}"))
+        usage = {"completion_tokens": 3 + index, "prompt_tokens": 7, "total_tokens": 10 + index}
+        await resp.write(_llamacpp_chunk(index, "", "length", usage))
+    await resp.write(b"data: [DONE]\n\n")
+    return resp
+
+
+@pytest.fixture
+async def llamacpp_upstream() -> AsyncIterator[str]:
+    app = web.Application()
+    app.router.add_post("/v1/completions", _llamacpp_completions)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    host, port = runner.addresses[0][:2]
+    yield f"http://{host}:{port}"
+    await runner.cleanup()
+
+
+@pytest.mark.parametrize(("n", "charged"), [(1, 10), (2, 7 + 3 + 4)])
+async def test_llamacpp_usage_on_the_last_chunk_with_choices_is_charged_and_relayed(
+    llamacpp_upstream, start_sidecar, http, n: int, charged: int
+) -> None:
+    sidecar = await start_sidecar(llamacpp_upstream, model={"engine": "llamacpp"})
+    body = {"prompt": "Count:", "max_tokens": 8, "n": n, "stream": True}
+    async with http.post(sidecar.url + "/v1/completions", json=body) as resp:
+        assert resp.status == 200
+        raw = await resp.read()
+    finals = [e for e in raw.split(b"\n\n") if b'"usage"' in e]
+    assert len(finals) == n and all(b'"finish_reason": "length"' in e for e in finals)  # relayed, not dropped
+    assert raw.count(b'"text": " w') == 3 * n and raw.endswith(b"data: [DONE]\n\n")
+    assert sidecar.engine.counters.usage_missing_total == 0
+    assert sidecar.engine.counters.charged_tokens_total == charged
