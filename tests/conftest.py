@@ -1,11 +1,12 @@
 """Test tiers by folder: tests/unit -> ``unit``, tests/component -> ``component``,
-tests/cluster -> ``cluster`` (needs the local API server), e2e/ -> ``e2e``."""
+tests/cluster -> ``cluster`` (needs the local API server), tests/real_engine -> ``real_engine``
+(llama.cpp's llama-server with a real model), e2e/ -> ``e2e``."""
 
 import pathlib
 
 import pytest
 
-_TIERS = ("unit", "component", "cluster", "e2e")
+_TIERS = ("unit", "component", "real_engine", "cluster", "e2e")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

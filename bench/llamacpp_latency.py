@@ -1,0 +1,153 @@
+"""What the sidecar adds in front of a real model server: TTFT direct vs through ``tidegate admission``.
+
+Target: llama.cpp's ``llama-server`` (built by ``e2e/engines/build-llamacpp.sh``: the llama.cpp that
+the PyPI sdist llama-cpp-python 0.3.36 vendors) serving SmolLM2-135M-Instruct Q4_1 on the CPU with
+``--parallel SLOTS``, and the sidecar as the pod runs it (the operator's ConfigMap for an
+``engine: llamacpp`` pool). Streamed chat completions with greedy sampling; TTFT is the time from
+sending the request to the first ``data:`` event. At concurrency 1 and at SLOTS concurrent streams
+(every slot busy, nothing queued), the two targets take turns in ``--rounds`` rounds so a busy
+neighbour slows both alike. Prints a table; never gates CI.
+
+    .venv/bin/python bench/llamacpp_latency.py [--requests 40] [--rounds 3] [--slots 2]
+"""
+
+import argparse
+import asyncio
+import json
+import pathlib
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+import aiohttp
+
+from tidegate.api.pool import InferencePool
+from tidegate.operator import names
+from tidegate.operator.builders import configmap
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _spawn(args: list[str], log: pathlib.Path) -> subprocess.Popen[bytes]:
+    with open(log, "wb") as out:  # the child keeps its own copy of the descriptor
+        return subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT)
+
+
+def _wait(url: str, timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(url, timeout=1) as resp:
+                if resp.status == 200:
+                    return
+        except OSError:
+            time.sleep(0.1)
+    raise SystemExit(f"{url} did not answer within {timeout_s} s")
+
+
+async def _ttft(session: aiohttp.ClientSession, url: str, i: int, max_tokens: int) -> float:
+    body = {
+        "model": "smollm2", "stream": True, "max_tokens": max_tokens, "temperature": 0, "ignore_eos": True,
+        "messages": [{"role": "user", "content": f"Request {i}: write a short poem about the sea."}],
+    }  # fmt: skip
+    start = time.perf_counter()
+    first = None
+    async with session.post(url + "/v1/chat/completions", json=body) as resp:
+        assert resp.status == 200, await resp.text()
+        async for line in resp.content:
+            if first is None and line.startswith(b"data:"):
+                first = time.perf_counter() - start
+    assert first is not None
+    return first
+
+
+async def _round(url: str, concurrency: int, requests: int, max_tokens: int) -> list[float]:
+    async with aiohttp.ClientSession() as session:
+        await _ttft(session, url, -1, 2)  # warm the connection and the server's caches
+        sem = asyncio.Semaphore(concurrency)
+
+        async def one(i: int) -> float:
+            async with sem:
+                return await _ttft(session, url, i, max_tokens)
+
+        return list(await asyncio.gather(*(one(i) for i in range(requests))))
+
+
+def _pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--requests", type=int, default=40, help="requests per target, round and concurrency")
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--slots", type=int, default=2, help="llama-server --parallel")
+    p.add_argument("--max-tokens", type=int, default=16)
+    args = p.parse_args()
+    binary, model = subprocess.run(
+        [str(REPO / "e2e/engines/build-llamacpp.sh")], capture_output=True, text=True, check=True
+    ).stdout.split()[-2:]
+    work = pathlib.Path(tempfile.mkdtemp(prefix="tidegate-bench-"))
+    server_port, sidecar_port = _port(), _port()
+    procs = [
+        _spawn(
+            [binary, "-m", model, "--host", "127.0.0.1", "--port", str(server_port), "--ctx-size",
+             str(1024 * args.slots), "--parallel", str(args.slots), "--threads", "2", "--metrics", "--slots"],
+            work / "llama.log",
+        )
+    ]  # fmt: skip
+    pool = InferencePool.model_validate({
+        "metadata": {"name": "bench"},
+        "spec": {"model": {"name": "smollm2", "engine": "llamacpp", "maxContextTokens": 1024},
+                 "server": {"image": "llama.cpp"}, "admission": {"maxConcurrency": args.slots}},
+    })  # fmt: skip
+    config = work / "config.yaml"
+    config.write_text(configmap.admission_config_map(pool)["data"][names.CONFIG_FILE])
+    direct, sidecar = f"http://127.0.0.1:{server_port}", f"http://127.0.0.1:{sidecar_port}"
+    try:
+        _wait(direct + "/health")
+        procs.append(
+            _spawn(
+                [sys.executable, "-m", "tidegate.cli.main", "admission", "--config", str(config), "--upstream",
+                 direct, "--listen", f"127.0.0.1:{sidecar_port}", "--log-level", "WARNING"],
+                work / "sidecar.log",
+            )
+        )  # fmt: skip
+        _wait(sidecar + "/readyz")
+        results: dict[tuple[str, int], list[float]] = {}
+        for _ in range(args.rounds):
+            for concurrency in (1, args.slots):
+                for name, url in (("direct", direct), ("sidecar", sidecar)):
+                    ttfts = asyncio.run(_round(url, concurrency, args.requests, args.max_tokens))
+                    results.setdefault((name, concurrency), []).extend(ttfts)
+        print(f"llama-server --parallel {args.slots}, SmolLM2-135M Q4_1 on CPU; {args.rounds} rounds x "
+              f"{args.requests} streamed chats, max_tokens {args.max_tokens}")  # fmt: skip
+        print(f"{'target':<8} {'streams':>7} {'TTFT p50 ms':>12} {'TTFT p99 ms':>12} {'mean ms':>8}")
+        for (name, concurrency), ttfts in sorted(results.items(), key=lambda kv: (kv[0][1], kv[0][0])):
+            print(f"{name:<8} {concurrency:>7} {_pct(ttfts, 0.5) * 1e3:>12.1f} {_pct(ttfts, 0.99) * 1e3:>12.1f} "
+                  f"{statistics.mean(ttfts) * 1e3:>8.1f}")  # fmt: skip
+        for concurrency in (1, args.slots):
+            d, s = results[("direct", concurrency)], results[("sidecar", concurrency)]
+            print(f"added by the sidecar at {concurrency} stream(s): p50 {(_pct(s, .5) - _pct(d, .5)) * 1e3:+.1f} ms, "
+                  f"p99 {(_pct(s, .99) - _pct(d, .99)) * 1e3:+.1f} ms")  # fmt: skip
+        print(json.dumps({f"{k[0]}@{k[1]}": round(_pct(v, 0.5) * 1e3, 2) for k, v in results.items()}))
+    finally:
+        for proc in reversed(procs):
+            proc.terminate()
+            proc.wait(10)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,127 @@
+"""Overload, disconnects, the server's own errors and one tenant's bad requests, against a real
+llama-server (2 slots): the sidecar keeps the server's own queue empty and other tenants served."""
+
+import asyncio
+
+import aiohttp
+
+from .conftest import wait_until
+from .helpers import GREEDY, SLOTS, chat, completion, error_of, post, stream
+
+LONG = {"max_tokens": 400, "ignore_eos": True, **GREEDY}
+
+
+async def test_overload_is_refused_with_retry_after_and_never_queues_in_the_server(llama_server, start_sidecar):
+    sidecar = start_sidecar(admission={"maxConcurrency": SLOTS, "queue": {"maxDepth": 0}})
+    deferred: list[float] = []
+    done = asyncio.Event()
+
+    async def watch_server() -> None:
+        while not done.is_set():
+            deferred.append(await asyncio.to_thread(llama_server.metric, "requests_deferred"))
+            await asyncio.sleep(0.05)
+
+    async with aiohttp.ClientSession() as session:
+        watcher = asyncio.create_task(watch_server())
+        answers = await asyncio.gather(
+            *(
+                post(session, sidecar.url + "/v1/completions", completion(f"Story {i}:", **LONG))
+                for i in range(3 * SLOTS)
+            )
+        )
+        done.set()
+        await watcher
+    served = [a for a in answers if a[0] == 200]
+    refused = [a for a in answers if a[0] != 200]
+    assert len(served) == SLOTS and len(refused) == 2 * SLOTS
+    for status, doc, headers in refused:
+        assert status == 503 and error_of(doc)["code"] in ("concurrency", "queue_full")
+        assert float(headers["Retry-After"]) >= 1 and "retry-after-ms" in {k.lower() for k in headers}
+    assert deferred and max(deferred) == 0  # the server never queued anything itself
+
+
+async def test_disconnect_mid_stream_frees_the_reservation_and_stops_generation(llama_server, start_sidecar):
+    sidecar = start_sidecar()
+    async with aiohttp.ClientSession() as session:
+        resp = await session.post(
+            sidecar.url + "/v1/completions", json=completion("Tell a story:", stream=True, **LONG)
+        )
+        assert resp.status == 200
+        seen = 0
+        async for line in resp.content:
+            seen += line.startswith(b"data:")
+            if seen >= 3:
+                break
+        assert sidecar.stats()["in_flight_requests"] == 1
+        resp.close()  # the client goes away mid-stream
+    wait_until(lambda: sidecar.stats()["in_flight_requests"] == 0, 5, "the reservation to be released")
+    assert sidecar.stats()["in_flight_tokens"] == 0
+    wait_until(lambda: llama_server.busy_slots() == 0, 5, "the server to stop generating")
+    before = llama_server.metric("tokens_predicted_total")
+    await asyncio.sleep(0.5)
+    assert llama_server.metric("tokens_predicted_total") == before  # nothing is generating for nobody
+
+
+async def test_the_servers_own_errors_reach_the_client_as_openai_errors(llama_server, start_sidecar):
+    sidecar = start_sidecar()
+    async with aiohttp.ClientSession() as session:
+        # over one slot's context: the sidecar's lower bound lets it through, the server says 400
+        status, doc, _ = await post(session, sidecar.url + "/v1/completions", completion("hello " * 1500, max_tokens=4))
+        assert status == 400 and error_of(doc)["message"]
+        # llama.cpp answers a malformed tools array with HTTP 500
+        bad_tools = chat("What is the weather?", tools=[{"type": "function", "function": {"name": 7}}], max_tokens=4)
+        direct_status, _, _ = await post(session, llama_server.url + "/v1/chat/completions", bad_tools)
+        status, doc, _ = await post(session, sidecar.url + "/v1/chat/completions", bad_tools)
+        assert status == direct_status and status >= 400
+        assert error_of(doc)["message"]
+    assert sidecar.stats()["in_flight_requests"] == 0
+
+
+async def test_one_tenants_malformed_requests_leave_another_tenant_served(llama_server, start_sidecar):
+    sidecar = start_sidecar()
+    bad_tools = chat("Weather?", tools=[{"type": "function", "function": {"name": 7}}], max_tokens=4)
+    async with aiohttp.ClientSession() as session:
+        for _ in range(3):  # the other tenant is being served meanwhile
+            for _ in range(4):
+                status, _, _ = await post(
+                    session, sidecar.url + "/v1/chat/completions", bad_tools, **{"x-tenant-id": "careless"}
+                )
+                assert status >= 400
+            status, doc, _ = await post(
+                session,
+                sidecar.url + "/v1/chat/completions",
+                chat("Hi", max_tokens=4, **GREEDY),
+                **{"x-tenant-id": "careful"},
+            )
+            assert status == 200, doc
+    assert sidecar.stats()["breaker_state"] == "closed"
+
+
+async def test_the_gate_holds_new_work_while_the_server_queues_and_reopens(llama_server, start_sidecar):
+    """Admission allowed more than the server has slots (maxConcurrency 4, 2 slots): the server
+    defers 2 requests in its own FIFO; the sidecar sees ``requests_deferred`` and sends nothing
+    more until the server's queue is empty again; then it admits again."""
+    sidecar = start_sidecar(admission={"maxConcurrency": 2 * SLOTS})
+    async with aiohttp.ClientSession() as session:
+        first = [
+            asyncio.create_task(stream(session, sidecar.url + "/v1/completions", completion(f"Tale {i}:", **LONG)))
+            for i in range(2 * SLOTS)
+        ]
+        await asyncio.to_thread(
+            wait_until, lambda: llama_server.metric("requests_deferred") >= 1, 10, "the server to defer"
+        )
+        await asyncio.to_thread(
+            wait_until, lambda: (sidecar.stats().get("backend_queued_requests") or 0) >= 1, 5, "the sidecar to see it"
+        )
+        late = asyncio.create_task(post(session, sidecar.url + "/v1/completions", completion("Late:", max_tokens=4)))
+        peak = 0.0
+        while not late.done():
+            peak = max(peak, await asyncio.to_thread(llama_server.metric, "requests_deferred"))
+            await asyncio.sleep(0.05)
+        assert peak <= SLOTS  # the late request never piled into the server's queue
+        status, doc, _ = late.result()
+        assert status in (200, 503), doc
+        for task in first:
+            assert (await task)[0] == 200
+        status, doc, _ = await post(session, sidecar.url + "/v1/completions", completion("Again:", max_tokens=4))
+        assert status == 200, doc
