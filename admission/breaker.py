@@ -23,8 +23,22 @@ Trips (only while closed) on:
   starts no earlier than the first probe, so requests stuck since before the trip cannot re-open
   the breaker before a probe had time to progress. The engine calls :meth:`Breaker.check_stall`.
 
-Upstream 429 is *neutral* (the backend protecting itself is not degradation) and ``/health`` is
-never consulted. Open: every request is refused (``circuit_open``) until the cooldown ends;
+**Tenant attribution** (no client can trip the breaker for the others). Every decisive outcome
+(success, failure) is recorded with its tenant. The *suspect* is the tenant with the most failures
+in the window, provided a **different** tenant has a success in the window. While there is a
+suspect, both error trips leave the suspect's outcomes out: the ratio trip counts only the other
+tenants' decisive outcomes in the window (still at least ``minSamples`` of them), and the
+consecutive trip counts only the other tenants' failures since the last success. Half-open, a
+failed probe of the suspect frees its slot, like a neutral outcome. Consequences: failures of a
+single tenant while another tenant succeeded within the window never trip the breaker; with one
+tenant (or nobody else succeeding within the window) everything counts as before; a replica that
+fails everyone still trips, on the other tenants' failures, or with all of them once the last
+success of another tenant has left the window. Latency and stall trips judge the replica, not a
+tenant, and are not attributed.
+
+Upstream 429 is *neutral* (the backend protecting itself is not degradation), so are the upstream
+errors the proxy judges to be the client's doing (:mod:`tidegate.admission.blame`), and ``/health``
+is never consulted. Open: every request is refused (``circuit_open``) until the cooldown ends;
 cooldowns double on each re-open, ``cooldownSeconds`` -> x2 -> ... capped at
 ``maxCooldownSeconds`` (60 -> 120 -> 240 -> 300 s by default), and reset once it closes.
 Half-open: every other arrival is let through as a probe until ``halfOpenRequests`` probes have a
@@ -33,10 +47,14 @@ as soon as that share is out of reach. A probe whose outcome is neutral or cance
 slot for another probe, so the breaker can never lock itself out; outcomes of probes from an
 earlier half-open period (``epoch``) are ignored as probes.
 
+Every change of state (trip, cooldown over, close) is reported through the optional
+``on_transition(old, new, reason)`` callback, so the caller can log it; the breaker itself does no
+I/O.
+
 Pure: injected clock, no I/O.
 """
 
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
@@ -75,19 +93,94 @@ class BreakerTuning:
     """Failures in a row that trip the breaker regardless of the window's ratio."""
 
 
+Transition = Callable[[BreakerState, BreakerState, str], None]
+"""``on_transition(old, new, reason)``: called on every change of state."""
+
+
+class _TenantTally:
+    """Decisive outcomes per tenant over the window, with the tenant of most failures at hand in O(1)
+    (tenants bucketed by their failure count; counts move by one)."""
+
+    def __init__(self) -> None:
+        self.ok: Counter[str] = Counter()
+        self.failed: Counter[str] = Counter()
+        self._by_failures: dict[int, dict[str, None]] = {}  # failures -> tenants with that many
+        self._most = 0
+
+    def add(self, tenant: str, failed: bool) -> None:
+        if not failed:
+            self.ok[tenant] += 1
+            return
+        had = self.failed[tenant]
+        self._move(tenant, had, had + 1)
+        self._most = max(self._most, had + 1)
+
+    def remove(self, tenant: str, failed: bool) -> None:
+        if not failed:
+            self.ok[tenant] -= 1
+            if self.ok[tenant] <= 0:
+                del self.ok[tenant]
+            return
+        had = self.failed[tenant]
+        self._move(tenant, had, had - 1)
+        if had == self._most and had not in self._by_failures:
+            self._most -= 1
+
+    def _move(self, tenant: str, old: int, new: int) -> None:
+        if old:
+            bucket = self._by_failures[old]
+            del bucket[tenant]
+            if not bucket:
+                del self._by_failures[old]
+        if new:
+            self._by_failures.setdefault(new, {})[tenant] = None
+            self.failed[tenant] = new
+        else:
+            del self.failed[tenant]
+
+    def suspect(self) -> str | None:
+        """The tenant with the most failures, when a different tenant has a success (module docstring)."""
+        if not self._most:
+            return None
+        tenant = next(iter(self._by_failures[self._most]))
+        others_ok = len(self.ok) - (tenant in self.ok)
+        return tenant if others_ok > 0 else None
+
+    def clear(self) -> None:
+        self.ok.clear()
+        self.failed.clear()
+        self._by_failures.clear()
+        self._most = 0
+
+
+def _among(failures: Counter[str], suspect: str | None) -> str:
+    """`` from N tenants[, not counting 'x']`` for a trip reason."""
+    tenants = sum(1 for t, k in failures.items() if k > 0 and t != suspect)
+    return f" from {tenants} tenant{'s' * (tenants != 1)}" + (f", not counting {suspect!r}" if suspect else "")
+
+
 class Breaker:
     """The circuit breaker of one replica. All times are seconds from ``clock``."""
 
-    def __init__(self, spec: CircuitBreakerSpec, tuning: BreakerTuning, clock: Callable[[], float]) -> None:
+    def __init__(
+        self,
+        spec: CircuitBreakerSpec,
+        tuning: BreakerTuning,
+        clock: Callable[[], float],
+        on_transition: Transition | None = None,
+    ) -> None:
         self.spec, self.tuning, self._clock = spec, tuning, clock
+        self._on_transition = on_transition
         self._state = BreakerState.CLOSED
         self.epoch = 0
         self.trips = 0  # consecutive opens without a close; sets the cooldown
         self.open_until_s = 0.0
         self.last_trip_reason = ""
-        self._window: deque[tuple[float, bool]] = deque()  # (time, failed) of decisive outcomes
+        self._window: deque[tuple[float, bool, str]] = deque()  # (time, failed, tenant) of decisive outcomes
         self._failed_in_window = 0
+        self._tally = _TenantTally()
         self._consecutive_failures = 0
+        self._streak: Counter[str] = Counter()  # failures since the last success, by tenant
         self._baseline_s: float | None = None
         self._recent_s: float | None = None
         self._ttft_samples = 0
@@ -108,6 +201,9 @@ class Breaker:
             self._state = BreakerState.HALF_OPEN
             self._arrivals = self._probes_out = self._probe_ok = self._probe_failed = 0
             self._first_probe_s = None
+            self._report(
+                BreakerState.OPEN, f"cooldown over: letting {self.spec.half_open_requests} probe requests through"
+            )
         return self._state
 
     @property
@@ -146,30 +242,45 @@ class Breaker:
             return max(0.0, self.open_until_s - self._clock())
         return 0.0
 
-    def record(self, outcome: Completion, ttft_s: float | None = None, probe_epoch: int | None = None) -> None:
-        """One admitted request ended with ``outcome``; ``ttft_s`` when a first token was seen."""
+    def record(
+        self, outcome: Completion, ttft_s: float | None = None, probe_epoch: int | None = None, tenant: str = ""
+    ) -> None:
+        """One admitted request of ``tenant`` ended with ``outcome``; ``ttft_s`` when a first token
+        was seen; ``probe_epoch`` as :meth:`allow` returned it."""
         limit = self.latency_limit_s()
         slow = ttft_s is not None and limit is not None and ttft_s > limit
+        decisive = outcome in (Completion.SUCCESS, Completion.FAILURE)
+        failed = outcome is Completion.FAILURE
+        if decisive:
+            self._observe(self._clock(), failed, tenant)
         if probe_epoch is not None and probe_epoch == self.epoch and self.state is BreakerState.HALF_OPEN:
             self._probes_out = max(0, self._probes_out - 1)
-            if outcome is Completion.FAILURE or (outcome is Completion.SUCCESS and slow):
+            if failed and self._tally.suspect() == tenant:
+                return  # one tenant failing while others succeed: a verdict on the tenant, not the replica
+            if failed or (outcome is Completion.SUCCESS and slow):
                 self._probe_failed += 1
             elif outcome is Completion.SUCCESS:
                 self._probe_ok += 1
             self._decide_half_open()
             return
-        if outcome in (Completion.NEUTRAL, Completion.CANCELLED):
+        if not decisive:
             return
-        now = self._clock()
-        failed = outcome is Completion.FAILURE
-        self._window.append((now, failed))
-        self._failed_in_window += failed
-        self._consecutive_failures = self._consecutive_failures + 1 if failed else 0
-        self._prune(now)
         if ttft_s is not None and not failed:
             self._learn_ttft(ttft_s, slow)
         if self._state is BreakerState.CLOSED and self.spec.enabled:
             self._check_trip()
+
+    def _observe(self, now: float, failed: bool, tenant: str) -> None:
+        self._window.append((now, failed, tenant))
+        self._failed_in_window += failed
+        self._tally.add(tenant, failed)
+        if failed:
+            self._consecutive_failures += 1
+            self._streak[tenant] += 1
+        else:
+            self._consecutive_failures = 0
+            self._streak.clear()
+        self._prune(now)
 
     def stall_window_s(self, request_timeout_s: float | None = None) -> float:
         """Seconds without token progress that count as a stall: ``stall_s``, capped at
@@ -208,15 +319,24 @@ class Breaker:
     def _prune(self, now: float) -> None:
         horizon = now - self.spec.window_seconds
         while self._window and self._window[0][0] < horizon:
-            _, failed = self._window.popleft()
+            _, failed, tenant = self._window.popleft()
             self._failed_in_window -= failed
+            self._tally.remove(tenant, failed)
 
     def _check_trip(self) -> None:
-        decisive = len(self._window)
-        if self._consecutive_failures >= self.tuning.consecutive_failures:
-            self._open(f"{self._consecutive_failures} upstream failures in a row")
-        elif decisive >= self.spec.min_samples and self._failed_in_window / decisive > self.spec.error_ratio:
-            self._open(f"{self._failed_in_window}/{decisive} upstream failures in {self.spec.window_seconds:g} s")
+        decisive, failed, in_a_row = len(self._window), self._failed_in_window, self._consecutive_failures
+        suspect = self._tally.suspect()
+        if suspect is not None:  # leave out the one tenant whose failures others' successes contradict
+            decisive -= self._tally.failed[suspect] + self._tally.ok[suspect]
+            failed -= self._tally.failed[suspect]
+            in_a_row -= self._streak[suspect]
+        if in_a_row >= self.tuning.consecutive_failures:
+            self._open(f"{in_a_row} upstream failures in a row{_among(self._streak, suspect)}")
+        elif decisive >= self.spec.min_samples and failed / decisive > self.spec.error_ratio:
+            self._open(
+                f"{failed}/{decisive} upstream failures in {self.spec.window_seconds:g} s"
+                f"{_among(self._tally.failed, suspect)}"
+            )
         else:
             limit = self.latency_limit_s()
             if limit is not None and self._recent_s is not None and self._recent_s > limit:
@@ -231,9 +351,10 @@ class Breaker:
         if self._probe_failed > allowed_failures + 1e-9:
             self._open(f"{self._probe_failed}/{decided} half-open probes failed")
         elif decided >= needed:
-            self._close()
+            self._close(f"{self._probe_ok}/{decided} half-open probes succeeded")
 
     def _open(self, reason: str) -> None:
+        old = self._state
         self.trips += 1
         cooldown = min(self.spec.cooldown_seconds * 2 ** (self.trips - 1), self.spec.max_cooldown_seconds)
         self._state = BreakerState.OPEN
@@ -241,11 +362,20 @@ class Breaker:
         self.epoch += 1
         self.last_trip_reason = reason
         self._probes_out = self._probe_ok = self._probe_failed = 0
+        self._report(old, f"{reason}; open for {cooldown:g} s (trip {self.trips} in a row)")
 
-    def _close(self) -> None:
+    def _close(self, reason: str) -> None:
+        old = self._state
         self._state = BreakerState.CLOSED
         self.trips = 0
         self.epoch += 1
         self._window.clear()
+        self._tally.clear()
+        self._streak.clear()
         self._failed_in_window = self._consecutive_failures = 0
         self._recent_s = self._baseline_s
+        self._report(old, reason)
+
+    def _report(self, old: BreakerState, reason: str) -> None:
+        if self._on_transition is not None:
+            self._on_transition(old, self._state, reason)

@@ -48,10 +48,12 @@ Capacity, the drain model behind every ``retry_after_s`` and deadline prediction
 composition (``maxPrefillTokens``), the adaptive budget and the shedding prediction live in
 :mod:`tidegate.admission.capacity`.
 
-Pure: the clock is injected, no I/O; the proxy, the simulator and the tests drive it.
+Pure: the clock is injected, no I/O but the INFO log line of each breaker transition (standard
+``logging``); the proxy, the simulator and the tests drive it.
 """
 
 import heapq
+import logging
 import math
 from collections import Counter
 from collections.abc import Callable
@@ -106,6 +108,14 @@ class Counters:
     tenants: dict[str, TenantCounts] = field(default_factory=dict)
 
 
+log = logging.getLogger(__name__)
+
+
+def _log_breaker(old: BreakerState, new: BreakerState, reason: str) -> None:
+    """Every trip, half-open and close of the breaker, at INFO with its reason."""
+    log.info("circuit breaker %s -> %s: %s", old.value, new.value, reason)
+
+
 MAX_COUNTED_TENANTS = 100_000
 """Tenants counted by name in :attr:`Engine.counters`; later ones are counted as ``other``."""
 _NO_COST = costs.RequestCost(0, 0, 1)  # the cost of a ticket refused before its body was read
@@ -135,7 +145,7 @@ class Engine:
         self._last_generation_total: float | None = None
         self._compacted_at_s = clock()
         self._active_weight = 0.0
-        self.breaker = Breaker(admission.circuit_breaker, self.tuning.breaker, clock)
+        self.breaker = Breaker(admission.circuit_breaker, self.tuning.breaker, clock, on_transition=_log_breaker)
         self.tenants = TenantBook(admission.tenancy)
         self.reconfigure(admission, model)
 
@@ -408,7 +418,7 @@ class Engine:
         state.running_tokens -= ticket.reserved_tokens
         state.give_back(ticket.reserved_tokens - charged, now)
         self._unaccept(ticket, state)
-        self.breaker.record(completion, ttft_s, ticket.probe_epoch)
+        self.breaker.record(completion, ttft_s, ticket.probe_epoch, tenant=ticket.tenant)
         if completion is Completion.SUCCESS:
             self._last_progress_s = now
             started = ticket.admitted_at_s if ticket.admitted_at_s is not None else now

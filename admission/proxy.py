@@ -16,7 +16,9 @@ Guarantees of :meth:`Forwarder.forward` (the admitted path):
   last chunk) is read too, and the chunk is relayed unchanged;
 - the outcome is reported exactly once through the returned :class:`Relay` record, on every path:
   completion (``success``), upstream 5xx / connection error / timeout / broken stream
-  (``failure``), upstream 4xx incl. 429 (``neutral``), client gone (``cancelled``);
+  (``failure``), upstream 4xx incl. 429 and a 5xx the client caused, by its error body
+  (:mod:`tidegate.admission.blame`: llama.cpp's 500 for a malformed ``tools`` array) (``neutral``),
+  client gone (``cancelled``);
 - a stream the upstream ends (even cleanly) without saying it is over, i.e. neither
   ``data: [DONE]`` nor a chunk with a ``finish_reason``, is truncated: the client gets an SSE
   error event (``upstream_error``) and the outcome is ``failure``. A ``finish_reason`` without
@@ -46,7 +48,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from tidegate.admission import errors
+from tidegate.admission import blame, errors
 from tidegate.admission.breaker import Completion
 from tidegate.admission.reasons import Reason
 
@@ -215,6 +217,8 @@ class Forwarder:
                             relay.used_tokens = None
                         relay.usage_reported = relay.used_tokens is not None
                 if up.status >= 500:
+                    if blame.client_caused(up.status, data):
+                        relay.completion = Completion.NEUTRAL  # the request's fault, not the replica's
                     response = _upstream_error(up, data)
                 else:
                     response = web.Response(status=up.status, body=data, headers=_response_headers(up.headers.items()))

@@ -1,6 +1,8 @@
 """Circuit breaker: trips on degradation only, cools down with doubling, probes never lock out."""
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tidegate.admission.breaker import Breaker, BreakerState, BreakerTuning, Completion
 from tidegate.api.admission import CircuitBreakerSpec
@@ -192,3 +194,117 @@ def test_a_disabled_breaker_lets_everything_through() -> None:
     b = breaker(FakeClock(), enabled=False)
     trip(b)
     assert b.allow() == (True, None)
+
+
+# ---- tenant attribution: one client cannot trip the breaker for the others ----------------------
+
+
+def test_one_tenants_failures_never_trip_while_another_tenant_succeeds() -> None:
+    clock = FakeClock()
+    b = breaker(clock)
+    b.record(Completion.SUCCESS, None, tenant="good")
+    for _ in range(50):  # far past 5 in a row and the error ratio
+        clock.advance(0.1)
+        b.record(Completion.FAILURE, tenant="bad")
+    assert b.state is BreakerState.CLOSED
+    assert b.allow() == (True, None)
+
+
+def test_a_transient_failure_of_another_tenant_does_not_tip_one_tenants_flood_over() -> None:
+    b = breaker(FakeClock())
+    for _ in range(30):
+        b.record(Completion.SUCCESS, None, tenant="good")
+    for _ in range(40):
+        b.record(Completion.FAILURE, tenant="bad")
+    b.record(Completion.FAILURE, tenant="good")
+    assert b.state is BreakerState.CLOSED
+
+
+def test_a_replica_failing_every_tenant_still_trips() -> None:
+    b = breaker(FakeClock())
+    for tenant in ("a", "b", "c"):
+        b.record(Completion.SUCCESS, None, tenant=tenant)
+    failures = 0
+    while b.state is BreakerState.CLOSED:
+        b.record(Completion.FAILURE, tenant="abc"[failures % 3])
+        failures += 1
+    assert failures <= 8  # on the failures of the tenants other than the one failing most
+    assert "from 2 tenants, not counting" in b.last_trip_reason
+
+
+def test_a_lone_tenant_failing_with_nobody_else_succeeding_trips_as_before() -> None:
+    b = breaker(FakeClock())
+    for _ in range(5):
+        b.record(Completion.FAILURE, tenant="only")
+    assert b.state is BreakerState.OPEN
+
+
+def test_once_the_other_tenants_success_leaves_the_window_failures_count() -> None:
+    clock = FakeClock()
+    b = breaker(clock)  # window 30 s
+    b.record(Completion.SUCCESS, None, tenant="good")
+    for _ in range(5):
+        b.record(Completion.FAILURE, tenant="bad")
+    assert b.state is BreakerState.CLOSED
+    clock.advance(31)
+    b.record(Completion.FAILURE, tenant="bad")
+    assert b.state is BreakerState.OPEN
+
+
+def test_half_open_one_tenants_failing_probes_do_not_reopen_while_another_tenants_succeed() -> None:
+    clock = FakeClock()
+    b = breaker(clock)
+    trip(b)
+    clock.advance(60)
+    probes = [b.allow()[1] for _ in range(10)]
+    epochs = [p for p in probes if p is not None]
+    b.record(Completion.SUCCESS, 0.01, epochs[0], tenant="good")
+    for epoch in epochs[1:]:
+        b.record(Completion.FAILURE, None, epoch, tenant="bad")
+    assert b.state is BreakerState.HALF_OPEN  # the bad tenant's probes freed their slots
+    for epoch in [p for p in (b.allow()[1] for _ in range(20)) if p is not None]:
+        b.record(Completion.SUCCESS, 0.01, epoch, tenant="good")
+    assert b.state is BreakerState.CLOSED
+
+
+def test_every_transition_is_reported_with_its_reason() -> None:
+    clock = FakeClock()
+    seen: list[tuple[BreakerState, BreakerState, str]] = []
+    b = Breaker(
+        CircuitBreakerSpec.model_validate({"minSamples": 20}), BreakerTuning(), clock, lambda *t: seen.append(t)
+    )
+    trip(b)
+    clock.advance(60)
+    probe_all(b, Completion.SUCCESS)
+    assert [(old, new) for old, new, _ in seen] == [
+        (BreakerState.CLOSED, BreakerState.OPEN),
+        (BreakerState.OPEN, BreakerState.HALF_OPEN),
+        (BreakerState.HALF_OPEN, BreakerState.CLOSED),
+    ]
+    assert seen[0][2].startswith("5 upstream failures in a row") and "open for 60 s" in seen[0][2]
+    assert "cooldown over" in seen[1][2] and "5/5 half-open probes succeeded" in seen[2][2]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    steps=st.lists(st.tuples(st.sampled_from(["good", "bad", "bad2"]), st.floats(0.0, 2.0)), max_size=200),
+    min_samples=st.integers(1, 30),
+    ratio=st.sampled_from([0.1, 0.5, 0.9]),
+)
+def test_failures_of_any_one_tenant_never_trip_while_another_succeeds_within_the_window(
+    steps: list[tuple[str, float]], min_samples: int, ratio: float
+) -> None:
+    """The module's rule: "bad" and "bad2" fail every request, "good" succeeds every one; the
+    breaker may open only when the window (10 s) holds failures of two tenants, or no success."""
+    clock = FakeClock()
+    b = breaker(clock, minSamples=min_samples, errorRatio=ratio, windowSeconds=10)
+    b.record(Completion.SUCCESS, None, tenant="good")
+    seen = [(clock.now, "good")]
+    for tenant, dt in steps:
+        clock.advance(dt)
+        b.record(Completion.SUCCESS if tenant == "good" else Completion.FAILURE, None, tenant=tenant)
+        seen.append((clock.now, tenant))
+        if b.state is not BreakerState.CLOSED:
+            window = {t for at, t in seen if at >= clock.now - 10}
+            assert len(window - {"good"}) > 1 or "good" not in window
+            return
