@@ -26,6 +26,14 @@ class ConsolidationPolicy(StrEnum):
     WHEN_EMPTY_OR_UNDERUTILIZED = "WhenEmptyOrUnderutilized"
 
 
+class DisruptionReason(StrEnum):
+    """What a disruption budget can be limited to (Karpenter's `DisruptionReason` enum)."""
+
+    UNDERUTILIZED = "Underutilized"
+    EMPTY = "Empty"
+    DRIFTED = "Drifted"
+
+
 class RequirementOperator(StrEnum):
     IN = "In"
     NOT_IN = "NotIn"
@@ -56,13 +64,22 @@ class Requirement(ApiModel):
 class DisruptionBudget(ApiModel):
     """A Karpenter disruption budget: how many nodes may be disrupted at once."""
 
+    # Karpenter v1 applies a budget to a disruption reason only when the budget's `reasons` is
+    # absent or names it, so `reasons: []` limits nothing (sigs.k8s.io/karpenter v1.14.1,
+    # pkg/apis/v1/nodepool.go, GetAllowedDisruptionsByReason). Here an empty list keeps the meaning
+    # tidegate gave it before (pools stored with the old default `reasons: []`): every reason; the
+    # builder leaves the field out.
+
     nodes: str = Field(
         default="10%",
         pattern=r"^((100|[0-9]{1,2})%|[0-9]+)$",
         description="Count or percentage of nodes, e.g. `1` or `10%`.",
     )
-    reasons: list[str] = Field(
-        default_factory=list, max_length=3, description="`Underutilized`, `Empty`, `Drifted`; empty means all."
+    reasons: list[DisruptionReason] | None = Field(
+        default=None,
+        max_length=3,
+        description="`Underutilized`, `Empty`, `Drifted`; absent: every reason. An empty list is read as absent "
+        "(the NodePool leaves `reasons` out: Karpenter applies a budget whose list is empty to no reason at all).",
     )
     schedule: str | None = Field(default=None, max_length=128, description="Cron schedule when the budget is active.")
     duration: str | None = Field(

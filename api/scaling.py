@@ -73,7 +73,12 @@ class ScalingSpec(ApiModel):
         default=300, ge=0, le=86_400, description="Demand must stay lower this long before replicas are removed."
     )
     polling_interval_seconds: int = Field(
-        default=15, ge=1, le=3600, description="KEDA pollingInterval for the external trigger."
+        default=15,
+        ge=1,
+        le=3600,
+        description="KEDA pollingInterval for the external trigger, written only when minReplicas is 0 (KEDA's "
+        "own loop decides 0 <-> 1; above 0 the HPA's sync period drives scaling); also the period of the "
+        "HPA's scale-up step policy.",
     )
     signal: SignalSpec = Field(default_factory=SignalSpec, description="Where the scaler reads admission counters.")
     fallback_replicas: int | None = Field(

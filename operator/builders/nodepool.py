@@ -2,7 +2,9 @@
 
 Limits default to (max replicas + warm pool + 1 surge) x GPUs per replica, so a fully scaled
 pool never waits on its own NodePool's limit. Disruption defaults to ``WhenEmpty`` with a
-budget of one node, and pods on serving replicas carry ``karpenter.sh/do-not-disrupt``, so
+budget of one node for every disruption reason (``reasons`` left out: Karpenter reads an empty
+list as "no reason", so a budget written ``reasons: []`` would let it disrupt every node at once),
+and pods on serving replicas carry ``karpenter.sh/do-not-disrupt``, so
 consolidation never takes serving capacity away mid-scale-up.
 
 Cluster-scoped objects cannot be owned by a namespaced pool: the operator's finalizer deletes it.
@@ -45,6 +47,10 @@ def node_pool(pool: InferencePool) -> dict[str, Any]:
     if np.taint_gpu_nodes:
         template_spec["taints"] = [{"key": GPU_RESOURCE, "value": "true", "effect": "NoSchedule"}]
     disruption = np.disruption.model_dump(mode="json", exclude_none=True)
+    for budget in disruption["budgets"]:
+        if not budget.get("reasons"):
+            # Karpenter applies `reasons: []` to no reason at all; absent means every reason.
+            budget.pop("reasons", None)
     spec: dict[str, Any] = {
         "template": {
             "metadata": {"labels": {**names.common_labels(pool), "tidegate.dev/namespace": pool.metadata.namespace}},

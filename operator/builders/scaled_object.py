@@ -6,8 +6,13 @@ there (INTEROP.md). Traps guarded:
 
 - ``minReplicaCount`` is ``scaling.minReplicas``; the warm pool is outside ``spec.replicas``, so
   neither a scaler outage nor KEDA's cooldown can drain warm capacity.
-- ``initialCooldownPeriod`` covers the expected cold start (``server.startupTimeoutSeconds``), so
-  a new pool is not scaled to zero while its first replica is still loading.
+- ``pollingInterval``, ``cooldownPeriod`` and ``initialCooldownPeriod`` are written only when
+  ``minReplicaCount`` is 0: above it, KEDA's own loop never scales (the HPA does, on the
+  controller-manager's sync period) and KEDA's admission webhook warns on every apply that the
+  fields are "not relevant" (KEDA v2.21.0 ``apis/keda/v1alpha1/scaledobject_webhook.go``,
+  ``verifyScaledObjects``). At 0, ``initialCooldownPeriod`` covers the expected cold start
+  (``server.startupTimeoutSeconds``), so a new pool is not scaled to zero while its first
+  replica is still loading.
 - ``fallback`` only when ``scaling.fallbackReplicas`` is set (KEDA counts GetMetrics failures).
 
 Source: https://keda.sh/docs/latest/reference/scaledobject-spec/
@@ -58,9 +63,6 @@ def scaled_object(pool: InferencePool, settings: OperatorSettings) -> dict[str, 
     scaling = pool.spec.scaling
     spec: dict[str, Any] = {
         "scaleTargetRef": {"apiVersion": API_VERSION, "kind": KIND, "name": pool.metadata.name},
-        "pollingInterval": scaling.polling_interval_seconds,
-        "cooldownPeriod": max(scaling.scale_down_cooldown_seconds, 30),
-        "initialCooldownPeriod": pool.spec.server.startup_timeout_seconds,
         "minReplicaCount": scaling.min_replicas,
         "maxReplicaCount": scaling.max_replicas,
         "advanced": {
@@ -102,6 +104,11 @@ def scaled_object(pool: InferencePool, settings: OperatorSettings) -> dict[str, 
             }
         ],
     }
+    if scaling.min_replicas == 0:
+        # KEDA's own loop decides 0 <-> 1 (IsActive) only here; see the module docstring.
+        spec["pollingInterval"] = scaling.polling_interval_seconds
+        spec["cooldownPeriod"] = max(scaling.scale_down_cooldown_seconds, 30)
+        spec["initialCooldownPeriod"] = pool.spec.server.startup_timeout_seconds
     if settings.scaler_tls:
         # KEDA takes caCert / tlsClientCert / tlsClientKey only from a (Cluster)TriggerAuthentication.
         spec["triggers"][0]["authenticationRef"] = {

@@ -65,6 +65,19 @@ def test_scaled_object_targets_the_pool_with_an_average_value_of_desired_replica
     assert trigger["metadata"]["scalerAddress"] == "scaler:9090"
     assert (spec["minReplicaCount"], spec["maxReplicaCount"]) == (1, 6)
     assert spec["fallback"] == {"failureThreshold": 3, "replicas": 2}
+
+
+def test_scaled_object_above_zero_leaves_out_what_keda_would_warn_about() -> None:
+    # KEDA's webhook (v2.21.0) warns that pollingInterval and cooldownPeriod are "not relevant"
+    # when minReplicaCount >= 1: the HPA scales, KEDA's own loop only decides 0 <-> 1.
+    spec = builders.scaled_object(pool(scaling={"minReplicas": 1, "maxReplicas": 6}), SETTINGS)["spec"]
+    assert not {"pollingInterval", "cooldownPeriod", "initialCooldownPeriod"} & spec.keys()
+
+
+def test_scaled_object_at_zero_keeps_keda_polling_and_the_cold_start_cooldown() -> None:
+    p = pool(scaling={"minReplicas": 0, "maxReplicas": 6, "pollingIntervalSeconds": 7, "scaleDownCooldownSeconds": 90})
+    spec = builders.scaled_object(p, SETTINGS)["spec"]
+    assert (spec["pollingInterval"], spec["cooldownPeriod"]) == (7, 90)
     assert spec["initialCooldownPeriod"] >= 600  # no scale-to-zero during the first cold start
 
 
@@ -89,6 +102,28 @@ def test_node_pool_limits_leave_room_for_max_warm_and_surge() -> None:
     ]["requirements"]
     dep = builders.deployment(p, SETTINGS, replicas=1)
     assert dep["spec"]["template"]["spec"]["nodeSelector"] == {"karpenter.sh/nodepool": "tidegate-ml-p"}
+
+
+def test_node_pool_disruption_budget_applies_to_every_reason() -> None:
+    # Karpenter applies a budget whose `reasons` is [] to no reason at all: as built before,
+    # nine GPU nodes went in one disruption command. Absent means every reason.
+    def budgets(disruption=None) -> list[dict]:
+        node_pool = {
+            "enabled": True,
+            "nodeClassRef": {"group": "karpenter.kwok.sh", "kind": "KWOKNodeClass", "name": "k"},
+        }
+        if disruption is not None:
+            node_pool["disruption"] = disruption
+        return builders.node_pool(pool(server={"image": "x", "gpus": 1}, nodePool=node_pool))["spec"]["disruption"][
+            "budgets"
+        ]
+
+    assert budgets() == [{"nodes": "1"}]
+    assert budgets({"budgets": [{"nodes": "2", "reasons": []}]}) == [{"nodes": "2"}]
+    assert budgets({"budgets": [{"nodes": "0", "reasons": ["Drifted"]}, {"nodes": "1"}]}) == [
+        {"nodes": "0", "reasons": ["Drifted"]},
+        {"nodes": "1"},
+    ]
 
 
 def test_long_names_give_a_deterministic_node_pool_name_within_63_characters() -> None:
