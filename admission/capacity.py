@@ -185,6 +185,13 @@ class Capacity:
             self._drain_s(request_deficit, len(self.in_flight), slots),
         )
 
+    def backend_wait_s(self, departures: int, running: int) -> float:
+        """Predicted seconds until ``departures`` of the model server's ``running`` requests end,
+        when it runs no more at once (its own queue is not empty): the same drain model with the
+        engine's concurrency as the capacity (``d/2`` for the running ones, ``d`` per full round
+        beyond them)."""
+        return self._drain_s(departures, running, running)
+
     def _drain_s(self, deficit: float, in_flight: float, capacity: float) -> float:
         """Seconds to free ``deficit`` units with ``in_flight`` held of ``capacity`` (:meth:`wait_s`)."""
         if deficit <= 0:

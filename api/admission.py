@@ -84,6 +84,27 @@ class GpuMemoryGate(HysteresisGate):
     )
 
 
+class BackendQueueGate(ApiModel):
+    """Hold new work back while the model server queues requests in its own queue.
+
+    Read from the engine's metrics: vLLM ``vllm:num_requests_waiting``, llama.cpp
+    ``llamacpp:requests_deferred``, TGI ``tgi_queue_size``. While more than ``maxQueued`` wait
+    there, new requests wait in the sidecar's weighted-fair queue (refused by its deadlines with
+    ``queue_full`` / ``queue_timeout`` / ``slo_unreachable``) instead of joining the engine's
+    first-come-first-served queue.
+    """
+
+    enabled: bool = Field(default=True, description="Whether the model server's own queue holds dispatch.")
+    max_queued: int = Field(
+        default=0,
+        ge=0,
+        le=100_000,
+        description="Requests the model server may queue itself before the sidecar holds new work back. "
+        "0 keeps its queue empty; TGI batches by design from a non-empty queue (`waiting_served_ratio`), "
+        "so a few per replica can suit it.",
+    )
+
+
 class TelemetrySpec(ApiModel):
     """How the sidecar polls the backend's metrics, and what stale data means."""
 
@@ -364,6 +385,10 @@ class AdmissionSpec(ApiModel):
     kv_cache: KvCacheGate = Field(default_factory=KvCacheGate, description="KV-cache pressure gate (trip / resume).")
     gpu_memory: GpuMemoryGate = Field(
         default_factory=GpuMemoryGate, description="GPU memory gate via NVML, where a GPU is visible."
+    )
+    backend_queue: BackendQueueGate = Field(
+        default_factory=BackendQueueGate,
+        description="Hold new work in the sidecar's fair queue while the model server queues requests itself.",
     )
     telemetry: TelemetrySpec = Field(
         default_factory=TelemetrySpec, description="Backend metrics polling and staleness."

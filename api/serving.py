@@ -147,7 +147,8 @@ class ServerSpec(ApiModel):
     metrics_path: str = Field(
         default="/metrics",
         max_length=256,
-        description="HTTP path of the server's Prometheus metrics, read for KV-cache usage.",
+        description="HTTP path of the server's Prometheus metrics, read by the sidecar for the load signals "
+        "(KV-cache usage, running and queued requests).",
     )
     startup_timeout_seconds: int = Field(
         default=600,
