@@ -1,9 +1,9 @@
 """Stands in for KEDA and the HPA: calls the real scaler over gRPC and writes the pool's replicas.
 
-As KEDA does with an ``external`` trigger (INTEROP.md): ``GetMetricSpec`` once when the HPA is
-built (the metric name and its ``AverageValue`` target), then every ``pollingInterval``
-``GetMetrics`` followed by ``IsActive``, each with the trigger's metadata as ``scalerMetadata``.
-The metric goes through the HPA's algorithm (:class:`tidegate.sim.simulate.hpa.Hpa`: 10%
+As KEDA does with an ``external`` trigger (KEDA 2.17 ``pkg/scalers/external_scaler.go``):
+``GetMetricSpec`` once when the HPA is built (the metric name and its ``AverageValue`` target),
+then every ``pollingInterval`` ``GetMetrics`` followed by ``IsActive``, each with the trigger's
+metadata as ``scalerMetadata``. The metric goes through the HPA's algorithm (:class:`tidegate.sim.simulate.hpa.Hpa`: 10%
 tolerance, the behaviour of :func:`behavior`; ``currentReplicas`` is the scale's ``spec.replicas``, as
 in the HPA controller), and a changed count is written to the pool's ``spec.replicas``.
 IsActive only matters for 0 <-> 1, which the demo never does (``minReplicas`` >= 1); it is called

@@ -1,7 +1,7 @@
 """What a ScaledObject trigger asks for: the pool, and its ``spec.scaling`` flattened into metadata.
 
 KEDA passes the trigger's whole ``metadata`` map (strings only) in every call as
-``ScaledObjectRef.scalerMetadata`` (INTEROP.md). The operator writes::
+``ScaledObjectRef.scalerMetadata`` (KEDA 2.17 ``pkg/scalers/external_scaler.go``). The operator writes::
 
     triggers:
     - type: external

@@ -2,7 +2,8 @@
 
 The trigger is ``external`` at the tidegate scaler, which returns the desired replica count
 as the metric; with ``metricType: AverageValue`` and a target of 1 the HPA lands exactly
-there (INTEROP.md). Traps guarded:
+there (the HPA's algorithm for an ``AverageValue`` metric, desired = ceil(metric / target): Kubernetes
+"Horizontal Pod Autoscaling", algorithm details; KEDA 2.17 "Scaling Deployments", ``metricType``). Traps guarded:
 
 - ``minReplicaCount`` is ``scaling.minReplicas``; the warm pool is outside ``spec.replicas``, so
   neither a scaler outage nor KEDA's cooldown can drain warm capacity.

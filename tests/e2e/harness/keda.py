@@ -1,6 +1,6 @@
 """Stands in for KEDA + the HPA for one ScaledObject: no KEDA controller runs on the local cluster.
 
-What it does is what KEDA does with an ``external`` trigger (INTEROP.md, KEDA 2.17):
+What it does is what KEDA does with an ``external`` trigger (KEDA 2.17, ``pkg/scalers/external_scaler.go``):
 
 1. read the ScaledObject the operator wrote (``keda.sh/v1alpha1``): ``scaleTargetRef``, the
    trigger's ``metadata`` (sent as ``scalerMetadata`` on every call, ``scalerAddress`` included),
