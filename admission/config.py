@@ -5,12 +5,14 @@ Config file (YAML or JSON; the operator mounts it from a ConfigMap)::
     pool: small            # optional: the InferencePool's name, a metrics label
     namespace: default     # optional, informational
     model: {name: meta-llama/Llama-3.1-8B-Instruct, engine: vllm, maxContextTokens: 8192}
+    server: {metricsPath: /metrics, healthPath: /health}        # optional: these defaults
     admission: {tokenBudget: 65536, maxConcurrency: 64, ...}   # optional: all defaults
 
 Both sections are validated by the same pydantic models as the CRD (camelCase or snake_case).
 An InferencePool manifest (``kind: InferencePool``, e.g. ``examples/minimal.yaml``; in a file of
-several documents, the one InferencePool) is accepted as well: its ``metadata.name`` / ``namespace`` and ``spec.model`` / ``spec.admission`` are used, the
-rest of the spec is the operator's business and ignored here. Its ``apiVersion``, when given, must be in
+several documents, the one InferencePool) is accepted as well: its ``metadata.name`` / ``namespace``, ``spec.model``,
+``spec.admission`` and ``spec.server.metricsPath`` / ``healthPath`` are used, the rest of the spec is the operator's
+business and ignored here. Its ``apiVersion``, when given, must be in
 the ``tidegate.dev`` group (the Gateway API inference extension has an InferencePool kind too), and
 top-level keys other than ``apiVersion``, ``kind``, ``metadata``, ``spec`` and ``status`` are refused
 (a ``model`` or ``admission`` section beside ``kind`` would otherwise be silently ignored).
@@ -27,15 +29,29 @@ import os
 import pathlib
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from tidegate.api.admission import AdmissionSpec
+from tidegate.api.base import ApiModel
 from tidegate.api.constants import API_VERSION, GROUP, KIND
-from tidegate.api.serving import ModelSpec
+from tidegate.api.serving import ModelSpec, ServerSpec
 
 
 class ConfigError(Exception):
     """The sidecar's config file cannot be used (the message names the file and the field)."""
+
+
+class ServerPaths(ApiModel):
+    """The model server's paths the sidecar reads: the pool's ``spec.server.healthPath`` and
+    ``metricsPath`` (same defaults). A path without a leading ``/`` gets one."""
+
+    health_path: str = Field(default=ServerSpec.model_fields["health_path"].default, min_length=1, max_length=256)
+    metrics_path: str = Field(default=ServerSpec.model_fields["metrics_path"].default, min_length=1, max_length=256)
+
+    @field_validator("health_path", "metrics_path")
+    @classmethod
+    def _rooted(cls, path: str) -> str:
+        return path if path.startswith("/") else "/" + path
 
 
 class SidecarConfig(BaseModel):
@@ -47,6 +63,9 @@ class SidecarConfig(BaseModel):
     namespace: str = Field(default="", max_length=253, description="The pool's namespace (informational).")
     model: ModelSpec
     admission: AdmissionSpec = Field(default_factory=AdmissionSpec)
+    server: ServerPaths = Field(
+        default_factory=ServerPaths, description="Where the model server's health and metrics are."
+    )
     drain_token: str | None = Field(
         default=None,
         alias="drainToken",
@@ -104,6 +123,9 @@ def _from_manifest(doc: dict, source: str) -> dict:
     out = {"model": spec["model"], "pool": metadata.get("name", ""), "namespace": metadata.get("namespace", "")}
     if "admission" in spec:
         out["admission"] = spec["admission"]
+    server = spec.get("server")
+    if isinstance(server, dict):
+        out["server"] = {key: server[key] for key in ("healthPath", "metricsPath") if key in server}
     return out
 
 

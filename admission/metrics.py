@@ -18,7 +18,16 @@ Names and labels:
 - ``tidegate_admission_usage_missing_total{pool}``: responses charged without reported usage;
 - ``tidegate_admission_shed_total{pool,tenant,priority}``: admitted requests aborted in flight for
   running far past their prediction (``shedAfterMultiple``; their decision was already counted);
-- ``tidegate_backend_kv_cache_usage_ratio``, ``tidegate_backend_telemetry_age_seconds``;
+- ``tidegate_backend_kv_cache_usage_ratio``; ``tidegate_backend_telemetry_age_seconds`` (the oldest
+  load signal in use: KV gauge, engine queue); ``tidegate_backend_requests_running``,
+  ``tidegate_backend_requests_queued`` (the engine's own counts, NaN where not read);
+  ``tidegate_admission_backend_queue_held`` (1 while new work waits here because the engine queues);
+- ``tidegate_admission_telemetry_up{pool}``: 1 while every backend signal read for this engine reads
+  cleanly, 0 while one does not (the log says which, once per episode);
+  ``tidegate_admission_telemetry_errors_total{pool,source,kind}``: failed reads, ``source``
+  ``metrics`` (load signals) or ``capacity``, ``kind`` from
+  :class:`~tidegate.admission.telemetry.ErrorKind` (``unreachable``, ``http_status``, ``undecodable``,
+  ``unparsable``, ``metric_missing``, ``invalid_value``);
 - ``tidegate_gpu_memory_used_ratio``, ``tidegate_gpu_utilization_ratio``,
   ``tidegate_gpu_clock_throttle_reasons`` (NVML bitmask), where a GPU is visible.
 """
@@ -93,8 +102,14 @@ class SidecarMetrics:
             "tidegate_admission_max_concurrency": ("Replica concurrency cap.", lambda: engine().admission.max_concurrency),
             "tidegate_backend_kv_cache_usage_ratio": ("Backend KV-cache usage (0..1), last reading.",
                                                       lambda: _nan(engine().kv.value)),
-            "tidegate_backend_telemetry_age_seconds": ("Seconds since the last backend reading.",
-                                                       lambda: _nan(engine().kv.age_s(engine().clock()))),
+            "tidegate_backend_telemetry_age_seconds": ("Seconds since the oldest backend load signal in use was read.",
+                                                       lambda: _nan(engine().telemetry_age_s())),
+            "tidegate_backend_requests_running": ("Requests the model server reports running.",
+                                                  lambda: _nan(engine().backend_running)),
+            "tidegate_backend_requests_queued": ("Requests waiting in the model server's own queue.",
+                                                 lambda: _nan(engine().backend_queue.value)),
+            "tidegate_admission_backend_queue_held": ("1 while new work waits here because the model server queues.",
+                                                      lambda: float(engine().backend_queue_held)),
             "tidegate_gpu_memory_used_ratio": ("GPU memory used / total (worst device).",
                                                lambda: _nan(getattr(gpu(), "memory_usage", None))),
             "tidegate_gpu_utilization_ratio": ("GPU utilisation (worst device, 0..1).",
@@ -117,6 +132,15 @@ class SidecarMetrics:
         self._latency_children: dict[str, tuple[Any, Any]] = {}
         self._slo_children: dict[tuple[str, bool], Any] = {}
         self.usage_missing_child = self.usage_missing.labels(pool)
+        self.telemetry_errors = Counter(
+            "tidegate_admission_telemetry_errors", "Failed reads of the model server's telemetry.",
+            ["pool", "source", "kind"], registry=r,
+        )  # fmt: skip
+        up = Gauge(
+            "tidegate_admission_telemetry_up", "1 while every backend signal reads cleanly.", ["pool"], registry=r
+        )
+        self.telemetry_up_child = up.labels(pool)
+        self.telemetry_up_child.set(1)
 
     def configure(self, top_n: int, preferred: list[str], classes: list[str] | None = None) -> None:
         """Label bounds from the config: tenants (keeps names already handed out) and class names."""
@@ -148,6 +172,10 @@ class SidecarMetrics:
                 reason,
             )
         child.inc()
+
+    def telemetry_problem(self, source: str, kind: str) -> None:
+        """Count one failed read of the backend's telemetry (``source`` and ``kind`` are closed sets)."""
+        self.telemetry_errors.labels(self.pool, source, kind).inc()
 
     def shed(self, ticket: Ticket) -> None:
         """Count one request shed in flight."""

@@ -20,8 +20,11 @@ Errors the sidecar answers itself are OpenAI error documents, aiohttp's own ones
 paths above is 405 ``method_not_allowed`` with ``Allow``, never forwarded).
 
 Background loops: a ticker (every ``tick_s``: queue expiry, stall check, dispatch; every
-``reload_s``: config file and role label), and telemetry (every ``telemetry.pollIntervalMs``:
-backend ``/metrics`` and ``/health``, NVML).
+``reload_s``: config file and role label), and telemetry (every ``telemetry.pollIntervalMs``: the
+backend's ``server.healthPath``, then while healthy its load signals and capacity through
+:class:`~tidegate.admission.poller.BackendPoller`, and NVML). A signal that cannot be read is
+logged once per episode, counted in ``tidegate_admission_telemetry_errors_total`` and shown in
+``/tidegate/stats`` (``telemetry_ok``, ``telemetry_error``).
 
 Release exactly once: the admitted path releases its ticket in one ``finally``; a handler
 cancelled while queued (the client went away; aiohttp cancels handlers on disconnect) cancels
@@ -38,6 +41,7 @@ process exits once nothing is in flight or after the grace period.
 
 import asyncio
 import contextlib
+import dataclasses
 import hmac
 import ipaddress
 import json
@@ -52,11 +56,11 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from tidegate.admission import errors, metrics, paths, stats, telemetry
+from tidegate.admission import errors, metrics, paths, poller, stats, telemetry
 from tidegate.admission.breaker import Completion
 from tidegate.admission.config import ApiKeys, ConfigWatcher, SidecarConfig, SidecarSettings, read_role
 from tidegate.admission.cost import CHAT_PATH, COMPLETIONS_PATH, CostError
-from tidegate.admission.engine import Engine, EngineTuning, Telemetry
+from tidegate.admission.engine import BackendCapacity, Engine, EngineTuning, Telemetry
 from tidegate.admission.proxy import Forwarder, Relay
 from tidegate.admission.reasons import Reason
 from tidegate.admission.ticket import Ticket, TicketState
@@ -67,8 +71,6 @@ from tidegate.api.serving import PromptTokenizer
 
 log = logging.getLogger(__name__)
 
-BACKEND_METRICS_PATH = "/metrics"
-BACKEND_HEALTH_PATH = "/health"
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 MAX_TENANT_CHARS = 128  # as the API's tenant names: a header cannot grow the counters without bound per key
 
@@ -156,6 +158,11 @@ class Sidecar:
         self.nvml = nvml
         self.gpu: telemetry.GpuReading | None = None
         self.metrics = metrics.SidecarMetrics(config.pool, lambda: self.engine, lambda: self.gpu)
+        self.poller = poller.BackendPoller(
+            settings.upstream, config.model.engine, metrics_path=config.server.metrics_path,
+            health_path=config.server.health_path, clock=clock, on_problem=self.metrics.telemetry_problem,
+        )  # fmt: skip
+        self.metrics.telemetry_up_child.set_function(lambda: float(self.poller.episodes.ok))
         self.metrics.configure(
             config.admission.tenancy.metrics_top_tenants,
             [t.name for t in config.admission.tenancy.tenants],
@@ -169,7 +176,6 @@ class Sidecar:
         self.api_keys = ApiKeys(settings.api_keys_dir)
         self.draining = False
         self.backend_healthy = True
-        self._kv_invalid = False  # the last KV usage read was nonsense (logged once per episode)
         self.instance_id = uuid.uuid4().hex
         self.started_at_s = time.time()
         self._waiters: dict[int, asyncio.Future[None]] = {}
@@ -203,6 +209,7 @@ class Sidecar:
 
     async def _on_startup(self, _app: web.Application) -> None:
         await self.forwarder.start()
+        await self.poller.start()
         self._tasks = [asyncio.create_task(self._tick_loop()), asyncio.create_task(self._telemetry_loop())]
 
     async def _on_cleanup(self, _app: web.Application) -> None:
@@ -212,6 +219,7 @@ class Sidecar:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         await self.forwarder.close()
+        await self.poller.close()
         if self.nvml is not None:
             self.nvml.close()
 
@@ -546,7 +554,7 @@ class Sidecar:
             into = tenants.setdefault(key, stats.TenantCounters())
             for field in ("admitted", "admitted_tokens", "demoted", "capacity_rejected", "policy_rejected"):
                 setattr(into, field, getattr(into, field) + getattr(c, field))
-        kv_age = engine.kv.age_s(engine.clock())
+        age, capacity = engine.telemetry_age_s(), engine.backend_capacity or BackendCapacity()
         return stats.StatsSnapshot(
             pool=self.config.pool, pod=self.settings.pod, role="draining" if self.draining else self.role,
             instance_id=self.instance_id, started_at_s=self.started_at_s, time_s=time.time(),
@@ -557,7 +565,11 @@ class Sidecar:
             token_budget=engine.token_budget, max_concurrency=engine.admission.max_concurrency,
             queue_depth=engine.queue.depth, breaker_state=stats.BreakerState(engine.breaker_state.value),
             shed_total=counters.shed_total,
-            kv_cache_usage=engine.kv.value, telemetry_age_s=None if kv_age is None else max(0.0, kv_age),
+            kv_cache_usage=engine.kv.value, telemetry_age_s=None if age is None else max(0.0, age),
+            telemetry_ok=self.poller.episodes.ok, telemetry_error=self.poller.episodes.error,
+            backend_requests_running=engine.backend_running, backend_requests_queued=engine.backend_queue.value,
+            backend_queue_held=engine.backend_queue_held, backend_kv_capacity_tokens=capacity.kv_tokens,
+            backend_slots=capacity.slots, backend_context_tokens=capacity.context_tokens,
         )  # fmt: skip
 
     # ---- background loops ---------------------------------------------------------------------
@@ -615,51 +627,32 @@ class Sidecar:
         log.info("config reloaded from %s", self.watcher.path)
 
     async def _telemetry_loop(self) -> None:
-        session = self.forwarder.session
-        assert session is not None
-        timeout = aiohttp.ClientTimeout(total=2.0)
         while True:
             interval = self.engine.admission.telemetry.poll_interval_ms / 1000.0
             try:
-                reading = await self._read_backend(session, timeout)
+                reading = await self._read_backend()
                 if self.nvml is not None and self.nvml.available:
                     self.gpu = await asyncio.to_thread(self.nvml.read)
                     if self.gpu is not None:
-                        reading = Telemetry(
-                            reading.kv_cache_usage, self.gpu.memory_usage, reading.generation_tokens_total
-                        )
+                        reading = dataclasses.replace(reading, gpu_memory_usage=self.gpu.memory_usage)
                 self.engine.observe_telemetry(reading)
                 self._wake_settled()
             except Exception:  # e.g. an NVML error: the reading ages and the stale policy applies
                 log.exception("telemetry poll failed")
             await asyncio.sleep(interval)
 
-    async def _read_backend(self, session: aiohttp.ClientSession, timeout: aiohttp.ClientTimeout) -> Telemetry:
-        upstream = self.forwarder.upstream
-        try:
-            async with session.get(upstream + BACKEND_HEALTH_PATH, timeout=timeout) as resp:
-                self.backend_healthy = resp.status < 500
-        except (aiohttp.ClientError, TimeoutError):
-            self.backend_healthy = False
-        if not tuple(telemetry.names_for(self.engine.model.engine)):
+    async def _read_backend(self) -> Telemetry:
+        """The backend's health, then, while it is healthy, its load signals and capacity (paths
+        and engine from the config in force; problems are logged, counted and shown by the poller)."""
+        server = self.config.server
+        self.poller.configure(self.engine.model.engine, server.metrics_path, server.health_path)
+        healthy = await self.poller.healthy()
+        if healthy != self.backend_healthy:
+            log.info("backend %s (GET %s)", "healthy again" if healthy else "unhealthy: not ready", server.health_path)
+            self.backend_healthy = healthy
+        if not healthy:  # loading (llama.cpp: 503) or down: its metrics would only repeat that
             return Telemetry()
-        try:
-            async with session.get(upstream + BACKEND_METRICS_PATH, timeout=timeout) as resp:
-                if resp.status != 200:
-                    return Telemetry()
-                text = await resp.text()
-            problems: list[str] = []
-            reading = await asyncio.to_thread(telemetry.parse_backend_metrics, text, self.engine.model.engine, problems)
-            if problems and not self._kv_invalid:
-                log.warning("backend KV cache usage is not a ratio (%s): ignored as a missing signal; "
-                            "telemetry.onStale applies once the last good reading is stale", ", ".join(problems))  # fmt: skip
-            elif reading.kv_cache_usage is not None and self._kv_invalid:
-                log.info("backend KV cache usage is valid again (%.3f)", reading.kv_cache_usage)
-            self._kv_invalid = bool(problems)
-            return reading
-        except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
-            log.debug("backend metrics unreadable: %s", exc)
-            return Telemetry()
+        return await self.poller.read(served_any=self.engine.counters.completed_total > 0)
 
 
 async def serve(settings: SidecarSettings) -> int:

@@ -16,7 +16,23 @@ Shape (JSON, snake_case)::
                           "capacity_rejected": 31, "policy_rejected": 0}},
      "in_flight_requests": 22, "in_flight_tokens": 40123, "token_budget": 65536,
      "max_concurrency": 64, "queue_depth": 3, "breaker_state": "closed",
-     "kv_cache_usage": 0.71, "telemetry_age_s": 0.4, "shed_total": 2}
+     "kv_cache_usage": 0.71, "telemetry_age_s": 0.4, "shed_total": 2,
+     "telemetry_ok": true, "telemetry_error": null,
+     "backend_requests_running": 20, "backend_requests_queued": 0, "backend_queue_held": false,
+     "backend_kv_capacity_tokens": 262144, "backend_slots": null, "backend_context_tokens": null}
+
+Backend telemetry, as this sidecar last read it from the model server: ``telemetry_ok`` is false
+while a signal it reads for this engine cannot be read (``telemetry_error`` says which and why:
+unreachable, HTTP status, undecodable, missing metric, nonsense value); ``telemetry_age_s`` is the
+age of the oldest load signal in use (vLLM's KV gauge and waiting queue, llama.cpp's deferred
+requests, TGI's queue), null until one was read. ``backend_requests_running`` /
+``backend_requests_queued`` are the engine's own counts (vLLM running / waiting, llama.cpp processing /
+deferred, TGI batch / queue size); ``backend_queue_held`` is true while new work waits in this
+sidecar's queue because the engine queues requests itself. Capacity, as the engine reports it (null
+where it does not): ``backend_kv_capacity_tokens`` (vLLM ``num_gpu_blocks`` x ``block_size``, TGI
+``max_batch_total_tokens``), ``backend_slots`` and ``backend_context_tokens`` (llama.cpp slots and
+context per slot, TGI ``max_total_tokens``). A document without these fields (an older sidecar) reads
+as telemetry ok and nothing known.
 
 ``shed_total`` counts admitted requests aborted in flight for running far past their prediction
 (``shedAfterMultiple``); it is not demand and no scaling input, only what an operator reads.
@@ -92,6 +108,14 @@ class StatsSnapshot(BaseModel):
     kv_cache_usage: float | None = Field(default=None, ge=0.0, le=1.0)
     telemetry_age_s: float | None = Field(default=None, ge=0.0)
     shed_total: int = Field(default=0, ge=0, le=MAX_COUNT)
+    telemetry_ok: bool = True
+    telemetry_error: str | None = Field(default=None, max_length=4096)
+    backend_requests_running: int | None = Field(default=None, ge=0, le=MAX_COUNT)
+    backend_requests_queued: int | None = Field(default=None, ge=0, le=MAX_COUNT)
+    backend_queue_held: bool = False
+    backend_kv_capacity_tokens: int | None = Field(default=None, ge=0, le=MAX_COUNT)
+    backend_slots: int | None = Field(default=None, ge=0, le=MAX_COUNT)
+    backend_context_tokens: int | None = Field(default=None, ge=0, le=MAX_COUNT)
 
     @property
     def capacity_rejected_total(self) -> int:

@@ -8,7 +8,8 @@ up; so token gaps on the wire are the modelled step times (divided by ``time_sca
 
 Routes: ``POST /v1/chat/completions``, ``POST /v1/completions`` (stream and not),
 ``GET /v1/models``, ``POST /tokenize``, ``GET /health`` (200 while the process serves, even
-when stalled), ``GET /metrics`` (:mod:`tidegate.sim.metrics`), ``GET|POST /sim/faults``
+when stalled), ``GET /metrics`` (:mod:`tidegate.sim.metrics`; gzipped when the request accepts
+gzip, as vLLM's), ``GET|POST /sim/faults``
 (:mod:`tidegate.sim.faults`), ``GET /sim/state`` (the model's counters, for tests and demos).
 
 Lifecycle guarantees: every sequence a request submitted is aborted (KV released) when the
@@ -18,6 +19,7 @@ runner cancels handlers on disconnect, as vLLM aborts on ``is_disconnected``), s
 
 import asyncio
 import dataclasses
+import gzip
 import json
 import logging
 import random
@@ -28,6 +30,7 @@ from collections.abc import Callable, Hashable
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
+from prometheus_client.exposition import gzip_accepted
 
 from tidegate.sim import faults as faults_mod
 from tidegate.sim import protocol, tokenizer
@@ -260,8 +263,13 @@ class SimBackend:
     async def _health(self, _: web.Request) -> web.Response:
         return web.Response(status=200)
 
-    async def _metrics(self, _: web.Request) -> web.Response:
-        return web.Response(body=self.metrics.render(), headers={"Content-Type": CONTENT_TYPE_LATEST})
+    async def _metrics(self, request: web.Request) -> web.Response:
+        """As vLLM serves it: prometheus_client's ASGI app (``make_asgi_app``) gzips the page whenever
+        the request accepts gzip (``exposition.gzip_accepted``), which aiohttp's client does by default."""
+        body, headers = self.metrics.render(), {"Content-Type": CONTENT_TYPE_LATEST}
+        if gzip_accepted(request.headers.get("Accept-Encoding", "")):
+            body, headers["Content-Encoding"] = gzip.compress(body), "gzip"
+        return web.Response(body=body, headers=headers)
 
     async def _get_faults(self, _: web.Request) -> web.Response:
         return web.json_response(self.faults.to_json())

@@ -13,12 +13,15 @@ from tidegate.operator import names
 
 
 def admission_config(pool: InferencePool) -> dict[str, Any]:
-    """The config document the sidecar reads: ``{pool, namespace, model, admission, drainToken}``."""
+    """The config document the sidecar reads: ``{pool, namespace, model, admission, server, drainToken}``
+    (``server``: the model server's ``healthPath`` and ``metricsPath``)."""
+    server = pool.spec.server
     config = {
         "pool": pool.metadata.name,
         "namespace": pool.metadata.namespace,
         "model": pool.spec.model.model_dump(mode="json", exclude_none=True),
         "admission": pool.spec.admission.model_dump(mode="json", exclude_none=True),
+        "server": {"healthPath": server.health_path, "metricsPath": server.metrics_path},
     }
     if token := names.drain_token(pool):
         config["drainToken"] = token

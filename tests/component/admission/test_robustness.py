@@ -261,6 +261,17 @@ async def test_wrong_methods_and_unroutable_paths_get_openai_errors_from_the_sid
         await runner.cleanup()
 
 
+def vllm_page(kv: str = "0.5", waiting: str = "0", running: str = "1") -> str:
+    """A vLLM metrics page with the series the sidecar reads (``vllm/v1/metrics/loggers.py``)."""
+    return (
+        f'vllm:num_requests_running{{engine="0",model_name="m"}} {running}\n'
+        f'vllm:num_requests_waiting{{engine="0",model_name="m"}} {waiting}\n'
+        f'vllm:kv_cache_usage_perc{{engine="0",model_name="m"}} {kv}\n'
+        'vllm:generation_tokens_total{engine="0",model_name="m"} 12.0\n'
+        'vllm:cache_config_info{block_size="16",engine="0",num_gpu_blocks="1024"} 1.0\n'
+    )
+
+
 @pytest.mark.parametrize(
     ("bad", "on_stale", "status"),
     [("NaN", "failClosed", 503), ("-0.5", "failClosed", 503), ("+Inf", "failOpen", 200), ("1.7", "failOpen", 200)],
@@ -274,7 +285,7 @@ async def test_a_nonsense_kv_gauge_is_a_missing_signal_not_a_reading(
     gauge = {"value": "0.5"}
 
     async def metrics(_request: web.Request) -> web.Response:
-        return web.Response(text=f'vllm:kv_cache_usage_perc{{model_name="m"}} {gauge["value"]}\n')
+        return web.Response(text=vllm_page(kv=gauge["value"]))
 
     async def health(_request: web.Request) -> web.Response:
         return web.Response(text="ok")
@@ -300,7 +311,7 @@ async def test_a_nonsense_kv_gauge_is_a_missing_signal_not_a_reading(
             assert resp.status == status, await resp.text()
             if status == 503:
                 assert error_of(await resp.json())["code"] == "kv_pressure"
-        warnings = [r for r in caplog.records if "KV cache usage" in r.getMessage() and r.levelname == "WARNING"]
+        warnings = [r for r in caplog.records if r.levelname == "WARNING" and "backend metrics" in r.getMessage()]
         assert len(warnings) == 1, [r.getMessage() for r in warnings]
         gauge["value"] = "0.25"
         await eventually(lambda: sidecar.engine.kv.value == 0.25, what="good readings to count again")

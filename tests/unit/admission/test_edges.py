@@ -154,11 +154,12 @@ def test_backend_metric_names_by_engine() -> None:
 def test_a_kv_gauge_that_is_not_a_ratio_is_missing_not_zero_or_full(bad: str) -> None:
     text = f'vllm:kv_cache_usage_perc{{model_name="a"}} 0.3\nvllm:kv_cache_usage_perc{{model_name="b"}} {bad}\n'
     text += 'vllm:generation_tokens_total{model_name="a"} 7\n'
-    problems: list[str] = []
+    problems: list[telemetry.Problem] = []
     reading = telemetry.parse_backend_metrics(text, BackendEngine.VLLM, problems)
     assert reading.kv_cache_usage is None  # one nonsense series: the max is unknown
     assert reading.generation_tokens_total == 7  # token progress is still read
-    assert len(problems) == 1 and problems[0].startswith("vllm:kv_cache_usage_perc=")
+    invalid = [p for p in problems if p.kind is telemetry.ErrorKind.INVALID_VALUE]
+    assert len(invalid) == 1 and invalid[0].message.startswith("vllm:kv_cache_usage_perc=")
     rounding = telemetry.parse_backend_metrics("vllm:kv_cache_usage_perc 1.0000001\n", BackendEngine.VLLM)
     assert rounding.kv_cache_usage == 1.0
 
