@@ -4,19 +4,16 @@ Backend load signals, per engine, from the model server's Prometheus page (``ser
 default ``/metrics``). Several series of one name (one per ``model_name`` or ``engine``) are
 combined: KV usage by max, counts and counters by sum.
 
-=========  ==============================  ================================  ============================
-engine     KV-cache usage (0..1)           running / queued requests         token progress counter
-=========  ==============================  ================================  ============================
-vllm       ``vllm:kv_cache_usage_perc``    ``vllm:num_requests_running`` /   ``vllm:generation_tokens_total``
-           (before 0.9:                    ``vllm:num_requests_waiting``
-           ``vllm:gpu_cache_usage_perc``)
-llamacpp   none (``llamacpp:kv_cache_      ``llamacpp:requests_processing`` /  ``llamacpp:tokens_predicted_total``
-           usage_ratio`` of old builds     ``llamacpp:requests_deferred``
-           is read where served)
-tgi        none                            ``tgi_batch_current_size`` /       none
-                                           ``tgi_queue_size``
-openai     not read                        not read                          not read
-=========  ==============================  ================================  ============================
+- vLLM: KV usage ``vllm:kv_cache_usage_perc`` (``vllm:gpu_cache_usage_perc`` before 0.9), running /
+  queued ``vllm:num_requests_running`` / ``vllm:num_requests_waiting``, progress
+  ``vllm:generation_tokens_total``;
+- llama.cpp: no KV gauge on current builds (old builds' ``llamacpp:kv_cache_usage_ratio`` is read
+  where served), running / queued ``llamacpp:requests_processing`` / ``llamacpp:requests_deferred``,
+  progress ``llamacpp:n_decode_total`` (one per decode step: ``tokens_predicted_total`` is only added
+  to when a request ends, so a long generation would look stalled);
+- TGI: no KV gauge, running / queued ``tgi_batch_current_size`` / ``tgi_queue_size``, no progress
+  counter;
+- ``openai``: nothing is read.
 
 Capacity (:class:`~tidegate.admission.engine.BackendCapacity`, read at start and every
 :data:`CAPACITY_REFRESH_S`):
@@ -37,7 +34,10 @@ since v0.9, where ``gpu_cache_usage_perc`` was deprecated, and ``log_metrics_inf
 server runs with ``--metrics``) at commit 0c1e570, as vendored by llama-cpp-python 0.3.36; TGI
 ``docs/source/reference/metrics.md`` and ``router/src/lib.rs`` (``Info``). TGI registers its gauges
 when first set (the ``metrics`` crate), so a fresh server has no ``tgi_queue_size`` yet: until this
-sidecar has completed a request through it, an absent TGI gauge reads 0.
+sidecar has completed a request through it, an absent TGI gauge reads 0. Every read of llama.cpp's
+``/metrics`` restarts the averaging window of its two throughput gauges (``prompt_tokens_seconds``,
+``predicted_tokens_seconds``: "averaged over the window between two scrapes"), so a Prometheus that
+scrapes llama-server directly sees them averaged over the sidecar's poll interval.
 
 Problems (:class:`Problem`, a closed set of :class:`ErrorKind`): a value that is not what the
 metric means (a KV usage that is NaN, infinite, negative or above 1; a negative count) makes that
@@ -126,7 +126,7 @@ SIGNALS: dict[BackendEngine, EngineSignals] = {
         kv_usage=("llamacpp:kv_cache_usage_ratio",),
         running=("llamacpp:requests_processing",),
         queued=("llamacpp:requests_deferred",),
-        progress=("llamacpp:tokens_predicted_total",),
+        progress=("llamacpp:n_decode_total", "llamacpp:tokens_predicted_total"),
     ),
     BackendEngine.TGI: EngineSignals(running=("tgi_batch_current_size",), queued=("tgi_queue_size",), lazy=True),
     BackendEngine.OPENAI: EngineSignals(),

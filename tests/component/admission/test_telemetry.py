@@ -48,7 +48,7 @@ class FakeLlamaServer:
 
     def page(self) -> str:
         gauges = {"requests_processing": self.processing, "requests_deferred": self.deferred}
-        lines = ["# TYPE llamacpp:tokens_predicted_total counter", f"llamacpp:tokens_predicted_total {self.predicted}"]
+        lines = ["# TYPE llamacpp:n_decode_total counter", f"llamacpp:n_decode_total {self.predicted}"]
         for name, value in gauges.items():
             lines += [f"# TYPE llamacpp:{name} gauge", f"llamacpp:{name} {value}"]
         return "\n".join(lines) + "\n"

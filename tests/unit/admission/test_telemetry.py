@@ -20,6 +20,9 @@ llamacpp:prompt_tokens_total 45
 # HELP llamacpp:tokens_predicted_total Number of generation tokens processed
 # TYPE llamacpp:tokens_predicted_total counter
 llamacpp:tokens_predicted_total 300
+# HELP llamacpp:n_decode_total Total number of llama_decode() calls
+# TYPE llamacpp:n_decode_total counter
+llamacpp:n_decode_total 410
 # HELP llamacpp:n_tokens_max Largest observed sequence length (prompt + generation)
 # TYPE llamacpp:n_tokens_max counter
 llamacpp:n_tokens_max 345
@@ -53,11 +56,21 @@ vllm:cache_config_info{block_size="16",cache_dtype="auto",engine="1",num_gpu_blo
 """
 
 
-def test_llamacpp_load_signals_are_processing_deferred_and_predicted_tokens() -> None:
+def test_llamacpp_load_signals_are_processing_deferred_and_decode_steps() -> None:
     problems: list[Problem] = []
     reading = telemetry.parse_backend_metrics(LLAMACPP_PAGE, BackendEngine.LLAMACPP, problems)
-    assert (reading.requests_running, reading.requests_queued, reading.generation_tokens_total) == (2, 3, 300)
+    assert (reading.requests_running, reading.requests_queued, reading.generation_tokens_total) == (2, 3, 410)
     assert reading.kv_cache_usage is None and problems == []  # no KV gauge on current builds: not a problem
+
+
+def test_a_long_llamacpp_generation_shows_progress_before_it_ends() -> None:
+    """llama-server adds to tokens_predicted_total only when a slot is released: read alone, a
+    generation longer than requestTimeoutSeconds looked stalled and opened the breaker (found in
+    front of the real server); its decode-step counter moves every step."""
+    before = telemetry.parse_backend_metrics(LLAMACPP_PAGE, BackendEngine.LLAMACPP)
+    page = LLAMACPP_PAGE.replace("llamacpp:n_decode_total 410", "llamacpp:n_decode_total 470")
+    during = telemetry.parse_backend_metrics(page, BackendEngine.LLAMACPP)  # tokens_predicted_total unchanged
+    assert during.generation_tokens_total > before.generation_tokens_total
 
 
 def test_vllm_signals_sum_engines_and_capacity_is_blocks_times_block_size() -> None:
