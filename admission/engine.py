@@ -187,6 +187,10 @@ class Engine:
         """Apply new settings; in-flight and queued requests are kept (nothing is dropped)."""
         self.admission, self.model = admission, model
         now = self.clock()  # the signals this engine serves are expected from now (gate module table)
+        if model.engine not in KV_GAUGE_ENGINES and self.kv.expected_since_s is not None:
+            self.kv = GateSignal()  # another engine now: the old one's last reading means nothing
+        if model.engine not in QUEUE_GAUGE_ENGINES and self.backend_queue.expected_since_s is not None:
+            self.backend_queue = QueueSignal()
         self.kv.expect(now if model.engine in KV_GAUGE_ENGINES else None)
         self.backend_queue.expect(now if model.engine in QUEUE_GAUGE_ENGINES else None)
         self._classes: dict[str, tuple[int, PriorityClass]] = {

@@ -153,3 +153,13 @@ def test_queue_signal_rules() -> None:
     assert s.holding(10.5, **{**rules, "on_stale": StalePolicy.FAIL_CLOSED})
     s.observe(0, 11.0)
     assert not s.holding(11.0, **{**rules, "on_stale": StalePolicy.FAIL_CLOSED})
+
+
+def test_switching_to_an_engine_without_the_signal_forgets_the_old_reading() -> None:
+    clock = FakeClock()
+    spec = admission(telemetry={"staleAfterSeconds": 5, "onStale": "failClosed"})
+    e = Engine(spec, ModelSpec(name="m"), clock)
+    e.observe_telemetry(Telemetry(kv_cache_usage=0.99, requests_queued=0))
+    e.reconfigure(spec, ModelSpec(name="m", engine="openai"))  # config reloaded: nothing is read now
+    clock.advance(60)
+    assert e.submit("a", None, tokens(10)).state is TicketState.ADMITTED
