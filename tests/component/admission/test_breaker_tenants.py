@@ -2,7 +2,7 @@
 
 llama-server (llama.cpp 0c1e570, vendored by llama-cpp-python 0.3.36) answers a malformed ``tools``
 array with HTTP 500 ``server_error`` (``ex_wrapper`` in ``tools/server/server.cpp``); the fake below
-answers with the same status and body shape.
+answers ``"tools": [{}]`` with the very status and body that llama-server answered it with.
 """
 
 import logging
@@ -16,7 +16,7 @@ from .helpers import chat, error_of
 TOOLS_ERROR = {
     "error": {
         "code": 500,
-        "message": "Failed to parse tools: [json.exception.out_of_range.403] key 'name' not found; tools = [\n  {}\n]",
+        "message": "Failed to parse tools: Missing tool type: {}; tools = [\n  {}\n]",
         "type": "server_error",
     }
 }

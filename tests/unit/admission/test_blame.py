@@ -21,7 +21,8 @@ def llamacpp(message: str, kind: str = "server_error", code: int = 500) -> bytes
     [
         (500, llamacpp("Failed to parse tools: [json.exception.type_error.302] type must be array, but is string")),
         (500, llamacpp("[json.exception.type_error.302] type must be string, but is number")),
-        (500, llamacpp("Failed to parse messages: Missing content part type: {}")),
+        (500, llamacpp("Failed to parse tools: Missing tool type: {}; tools = [\n  {}\n]")),  # measured
+        (500, llamacpp("Failed to parse messages: [json.exception.out_of_range.403] key 'text' not found")),
         (500, llamacpp("tools param requires --jinja flag")),
         (500, llamacpp('"prompt" must not be empty')),
         (501, llamacpp("This server does not support embeddings.", "not_supported_error", 501)),
