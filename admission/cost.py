@@ -23,37 +23,32 @@ Request fields that change the output length or the number of sequences. A serve
 fields it does not know, so each counts whichever server is behind the sidecar: the reservation
 takes the largest cap and the most sequences any of them could honour.
 
-========================  ====================================================  =================================
-field                     source                                                reservation
-========================  ====================================================  =================================
-``max_tokens``            OpenAI; vLLM ``entrypoints/openai/protocol.py``;      output cap per sequence, >= 1
-                          llama.cpp alias of ``n_predict``; TGI ``ChatRequest``
-``max_completion_tokens`` OpenAI; vLLM chat (wins over ``max_tokens``);         output cap per sequence, >= 1
-                          llama.cpp alias of ``n_predict`` (wins over
-                          ``max_tokens``)
-``n_predict``             llama.cpp ``tools/server/server-schema.cpp``: wins    output cap per sequence; -1 (its
-                          over both aliases, hard limits -1..INT32_MAX          default): until the slot's context
-                                                                                is full, so the context left
-``max_new_tokens``        TGI ``GenerateParameters`` (``router/src/lib.rs``)    output cap per sequence, >= 1
-``min_tokens``            vLLM ``SamplingParams``                               output floor per sequence, >= 0;
-                                                                                over the cap vLLM applies
-                                                                                (``max_completion_tokens`` or
-                                                                                ``max_tokens``): 400
-``ignore_eos``            vLLM; llama.cpp                                       with no cap, the context left
-                                                                                (``defaultMaxTokens`` assumes the
-                                                                                model stops by itself)
-``n``                     OpenAI; vLLM; llama.cpp alias of ``n_cmpl``           sequences per prompt, >= 1
-``n_cmpl``                llama.cpp (wins over ``n``)                           sequences; given with a different
-                                                                                ``n``: 400
-``best_of``               vLLM completions; TGI ``GenerateParameters``          sequences = max(n, best_of);
-                                                                                below ``n``: 400 (vLLM's rule)
-``use_beam_search``       vLLM (beam width ``n``)                               a boolean; the beams are ``n``
-========================  ====================================================  =================================
+- ``max_tokens`` (OpenAI; vLLM ``vllm/entrypoints/openai/protocol.py``; llama.cpp, an alias of
+  ``n_predict``; TGI ``ChatRequest`` / ``CompletionRequest``): output cap per sequence, >= 1;
+- ``max_completion_tokens`` (OpenAI; vLLM chat, where it wins over ``max_tokens``; llama.cpp, an
+  alias of ``n_predict`` that wins over ``max_tokens``): output cap per sequence, >= 1;
+- ``n_predict`` (llama.cpp ``tools/server/server-schema.cpp``: wins over both aliases, hard limits
+  -1..INT32_MAX): output cap per sequence; -1 (its default) generates until the slot's context is
+  full, so it reserves the context left;
+- ``max_new_tokens`` (TGI ``GenerateParameters``, ``router/src/lib.rs``): output cap per sequence, >= 1;
+- ``min_tokens`` (vLLM ``SamplingParams``): output floor per sequence, >= 0; above the cap vLLM
+  applies (``max_completion_tokens``, else ``max_tokens``) it is a 400;
+- ``ignore_eos`` (vLLM; llama.cpp): a boolean; with no cap the reservation is the context left, not
+  ``defaultMaxTokens`` (which assumes the model stops by itself);
+- ``n`` (OpenAI; vLLM; llama.cpp, an alias of ``n_cmpl``): sequences per prompt, >= 1;
+- ``n_cmpl`` (llama.cpp, wins over ``n``; at most its ``--parallel``): sequences per prompt, >= 1;
+  given with a different ``n`` it is a 400;
+- ``best_of`` (vLLM completions; TGI ``GenerateParameters``): sequences are ``max(n, best_of)``;
+  below ``n`` it is a 400 (vLLM's rule);
+- ``use_beam_search`` (vLLM, beam width ``n``): a boolean; the beams are the ``n`` sequences.
 
 Versions read: llama.cpp commit 0c1e570 (vendored by ``llama-cpp-python==0.3.36``), vLLM's
 OpenAI server and ``vllm/sampling_params.py`` (``SamplingParams._verify_args``: "min_tokens must be
 less than or equal to max_tokens", "best_of must be greater than or equal to n"), TGI 3.x. Every
 count field is an integer (JSON ``true`` is not); ``null`` is absent, as in all three servers.
+Measured on that llama-server (SmolLM2-135M, ``--parallel 2``): ``{"max_tokens": 4, "n_predict": 300,
+"ignore_eos": true}`` generated 300 tokens; ``n_cmpl: 2`` returned two choices; ``n_predict: -2`` and
+``n_cmpl: 3`` were refused with 400.
 
 Estimate (``tokenizer: estimate``): characters of every string in the prompt divided by
 ``estimateCharsPerToken`` (default 3: English BPE averages about 4, code and CJK fewer), plus 4
