@@ -20,7 +20,10 @@ body where the status lies:
   (:data:`LLAMACPP_REQUEST_ERRORS`, taken from ``tools/server/server-common.cpp``,
   ``tools/server/server-chat.cpp`` and ``common/chat.cpp`` at that commit) are the client's; every
   other ``server_error`` (a failed decode, "context shift is disabled", a slot that could not be
-  restored, ...) stays the replica's.
+  restored, ...) stays the replica's. Measured on that llama-server: ``"tools": [{}]`` was answered
+  500 ``{"error": {"code": 500, "message": "Failed to parse tools: Missing tool type: {}; tools = ...",
+  "type": "server_error"}}``, a message with a numeric ``role`` 500 "Failed to parse messages:
+  [json.exception.type_error.302] ...", while wrong-typed ``max_tokens`` or ``content`` got 400.
 
 Everything else (5xx without a recognisable body, connection errors, timeouts) is the replica's.
 
