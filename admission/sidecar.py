@@ -375,35 +375,49 @@ class Sidecar:
         """Exact prompt tokens from the backend's ``/tokenize`` (``tokenizer: backend``), None on any failure.
 
         vLLM (and the sim-backend): ``{"model", "messages"}`` (chat template applied) or
-        ``{"model", "prompt"}`` -> ``{"count": N}``. llama.cpp: ``{"content"}`` -> ``{"tokens": [...]}``
-        (completions only: its /tokenize does not apply a chat template). Falls back to the estimate.
+        ``{"model", "prompt"}`` -> ``{"count": N}``. llama.cpp (``tools/server/server-context.cpp``
+        of the llama.cpp that llama-cpp-python 0.3.36 vendors): its ``/tokenize`` applies no chat
+        template, so a chat is first rendered by ``POST /apply-template`` (``{"messages", ...}`` ->
+        ``{"prompt"}``, the same rendering as its chat route), then counted by ``POST /tokenize``
+        ``{"content", "add_special": true, "parse_special": true}`` -> ``{"tokens": [...]}``, the
+        flags its completion routes tokenize prompts with. Falls back to the estimate.
         """
-        session = self.forwarder.session
-        assert session is not None
         model = self.engine.model
         if model.engine is BackendEngine.LLAMACPP:
-            if path != COMPLETIONS_PATH or not isinstance(body.get("prompt"), str):
+            if path == CHAT_PATH:
+                keys = ("messages", "tools", "tool_choice", "chat_template_kwargs", "add_generation_prompt")
+                rendered = await self._backend_json("/apply-template", {k: body[k] for k in keys if k in body})
+                prompt = rendered.get("prompt") if isinstance(rendered, dict) else None
+            else:
+                prompt = body.get("prompt")
+            if not isinstance(prompt, str):
                 return None
-            doc: dict[str, Any] = {"content": body["prompt"]}
+            doc: dict[str, Any] = {"content": prompt, "add_special": True, "parse_special": True}
         elif path == CHAT_PATH:
             doc = {"model": body.get("model") or model.name, "messages": body["messages"]}
         elif isinstance(body.get("prompt"), str):
             doc = {"model": body.get("model") or model.name, "prompt": body["prompt"]}
         else:
             return None
-        try:
-            async with session.post(
-                self.forwarder.upstream + "/tokenize", json=doc, timeout=aiohttp.ClientTimeout(total=2.0)
-            ) as resp:
-                if resp.status != 200:
-                    return None
-                answer = await resp.json()
-        except (aiohttp.ClientError, TimeoutError, ValueError):
-            return None
+        answer = await self._backend_json("/tokenize", doc)
         count = answer.get("count") if isinstance(answer, dict) else None
         if not isinstance(count, int) and isinstance(answer, dict) and isinstance(answer.get("tokens"), list):
             count = len(answer["tokens"])
         return count if isinstance(count, int) and count >= 0 else None
+
+    async def _backend_json(self, path: str, doc: dict[str, Any]) -> Any:
+        """POST ``doc`` to the model server's ``path``; its JSON answer, or None on any failure."""
+        session = self.forwarder.session
+        assert session is not None
+        try:
+            async with session.post(
+                self.forwarder.upstream + path, json=doc, timeout=aiohttp.ClientTimeout(total=2.0)
+            ) as resp:
+                if resp.status != 200:
+                    return None
+                return await resp.json()
+        except (aiohttp.ClientError, TimeoutError, ValueError):
+            return None
 
     async def _wait_in_queue(self, ticket: Ticket) -> None:
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()

@@ -94,6 +94,7 @@ def main() -> int:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--slots", type=int, default=2, help="llama-server --parallel")
     p.add_argument("--max-tokens", type=int, default=16)
+    p.add_argument("--threads", type=int, default=1, help="llama-server --threads (1 leaves a core to the sidecar)")
     args = p.parse_args()
     binary, model = subprocess.run(
         [str(REPO / "e2e/engines/build-llamacpp.sh")], capture_output=True, text=True, check=True
@@ -103,7 +104,7 @@ def main() -> int:
     procs = [
         _spawn(
             [binary, "-m", model, "--host", "127.0.0.1", "--port", str(server_port), "--ctx-size",
-             str(1024 * args.slots), "--parallel", str(args.slots), "--threads", "2", "--metrics", "--slots"],
+             str(1024 * args.slots), "--parallel", str(args.slots), "--threads", str(args.threads), "--metrics", "--slots"],
             work / "llama.log",
         )
     ]  # fmt: skip

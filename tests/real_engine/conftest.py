@@ -8,6 +8,9 @@ cannot be built or started is an error, never a skip: CI runs this tier.
 
 Server shape: ``--parallel 2 --ctx-size 2048``, so 2 slots of 1024 tokens each (llama.cpp splits
 ``--ctx-size`` between the slots), ``--metrics --slots`` for the load signals the sidecar reads.
+``--threads 1``: llama.cpp's decode threads meet at a barrier every step, so with 2 threads on a
+2-core machine shared with the sidecar and the tests one busy core slows it twenty-fold (measured
+here: 58 tokens/s with 1 thread, 3 with 2, while a compiler ran); one thread leaves a core free.
 """
 
 import json
@@ -109,7 +112,7 @@ def llama_server(llama_binaries: tuple[str, str], tmp_path_factory: pytest.TempP
     log = tmp_path_factory.mktemp("llama") / "llama-server.log"
     args = [
         binary, "-m", model, "--alias", MODEL_ALIAS, "--host", "127.0.0.1", "--port", str(port),
-        "--ctx-size", str(SLOTS * CTX_PER_SLOT), "--parallel", str(SLOTS), "--threads", "2",
+        "--ctx-size", str(SLOTS * CTX_PER_SLOT), "--parallel", str(SLOTS), "--threads", "1",
         "--metrics", "--slots", "--no-webui", "--seed", "7",
     ]  # fmt: skip
     with open(log, "wb") as out:
@@ -128,7 +131,9 @@ def llama_server(llama_binaries: tuple[str, str], tmp_path_factory: pytest.TempP
             proc.kill()
 
 
-def pool_manifest(admission: dict[str, Any] | None = None, **model: Any) -> dict[str, Any]:
+def pool_manifest(
+    admission: dict[str, Any] | None = None, server: dict[str, Any] | None = None, **model: Any
+) -> dict[str, Any]:
     """An InferencePool for the test server, as a user would write it for llama.cpp."""
     return {
         "apiVersion": "tidegate.dev/v1alpha1",
@@ -136,7 +141,7 @@ def pool_manifest(admission: dict[str, Any] | None = None, **model: Any) -> dict
         "metadata": {"name": "smol", "namespace": "default"},
         "spec": {
             "model": {"name": MODEL_ALIAS, "engine": "llamacpp", "maxContextTokens": CTX_PER_SLOT, **model},
-            "server": {"image": "ghcr.io/ggml-org/llama.cpp:server", "port": 8080},
+            "server": {"image": "ghcr.io/ggml-org/llama.cpp:server", "port": 8080, **(server or {})},
             "admission": {"telemetry": {"pollIntervalMs": 100}, **(admission or {})},
         },
     }
@@ -165,12 +170,14 @@ class RealSidecar:
 
 @pytest.fixture
 def start_sidecar(llama_server: LlamaServer, tmp_path: pathlib.Path) -> Iterator[Callable[..., RealSidecar]]:
-    """``start_sidecar(admission={...}, **model)``: ``tidegate admission`` as a process, configured
+    """``start_sidecar(admission={...}, server={...}, **model)``: ``tidegate admission`` as a process, configured
     with the ConfigMap the operator builds for :func:`pool_manifest`, in front of the server."""
     started: list[RealSidecar] = []
 
-    def start(admission: dict[str, Any] | None = None, **model: Any) -> RealSidecar:
-        pool = InferencePool.model_validate(pool_manifest(admission, **model))
+    def start(
+        admission: dict[str, Any] | None = None, server: dict[str, Any] | None = None, **model: Any
+    ) -> RealSidecar:
+        pool = InferencePool.model_validate(pool_manifest(admission, server, **model))
         config = configmap.admission_config_map(pool)["data"][names.CONFIG_FILE]
         path = tmp_path / f"config-{len(started)}.yaml"
         path.write_text(config)

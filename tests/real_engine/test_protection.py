@@ -8,7 +8,7 @@ import aiohttp
 from .conftest import wait_until
 from .helpers import GREEDY, SLOTS, chat, completion, error_of, post, stream
 
-LONG = {"max_tokens": 400, "ignore_eos": True, **GREEDY}
+LONG = {"max_tokens": 200, "ignore_eos": True, **GREEDY}
 
 
 async def test_overload_is_refused_with_retry_after_and_never_queues_in_the_server(llama_server, start_sidecar):
@@ -111,7 +111,7 @@ async def test_the_gate_holds_new_work_while_the_server_queues_and_reopens(llama
             wait_until, lambda: llama_server.metric("requests_deferred") >= 1, 10, "the server to defer"
         )
         await asyncio.to_thread(
-            wait_until, lambda: (sidecar.stats().get("backend_queued_requests") or 0) >= 1, 5, "the sidecar to see it"
+            wait_until, lambda: sidecar.stats()["backend_queue_held"], 5, "the sidecar to hold new work"
         )
         late = asyncio.create_task(post(session, sidecar.url + "/v1/completions", completion("Late:", max_tokens=4)))
         peak = 0.0
