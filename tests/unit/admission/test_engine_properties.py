@@ -141,8 +141,8 @@ def test_backlogged_tenants_are_served_in_proportion_to_their_weights(
 
     for step in range(WARMUP_STEPS + MEASURED_STEPS):
         measuring = step >= WARMUP_STEPS
-        for name in names:  # keep every tenant backlogged
-            while queued[name] < 3:
+        for name, weight in zip(names, weights, strict=True):  # keep every tenant backlogged
+            while queued[name] < 3 * weight:  # a heavier tenant drains its queue faster: deeper, or it idles
                 t = e.submit(name, None, tokens(next(draw)))
                 assert t.state in (TicketState.QUEUED, TicketState.ADMITTED), t.reason
                 if t.state is TicketState.QUEUED:
