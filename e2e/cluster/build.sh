@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Build the local control plane (kube-apiserver, kube-controller-manager, kube-scheduler,
-# kubectl, etcd, kwok, kwokctl, helm) from Go modules into
+# kubectl, etcd, kwok, kwokctl, helm), KEDA (operator, metrics adapter, webhooks) and
+# Karpenter's kwok provider from Go modules into
 #   ${XDG_CACHE_HOME:-~/.cache}/tidegate/bin/<versions>/
 # Idempotent: a binary already there is kept. Prints the bin directory on stdout (last line).
 set -euo pipefail
@@ -10,6 +11,7 @@ source "$here/versions.env"
 
 cache="${XDG_CACHE_HOME:-$HOME/.cache}/tidegate"
 bin="$cache/bin/k8s-${K8S_VERSION}_etcd-${ETCD_VERSION}_kwok-${KWOK_VERSION}_helm-${HELM_VERSION}"
+bin+="_keda-${KEDA_VERSION}_karpenter-${KARPENTER_VERSION}"
 mkdir -p "$bin"
 export GOFLAGS="-mod=mod -buildvcs=false -trimpath"
 export CGO_ENABLED=0
@@ -44,4 +46,10 @@ build kubernetes kube-scheduler k8s.io/kubernetes/cmd/kube-scheduler "$k8s_ldfla
 build kubernetes kubectl k8s.io/kubernetes/cmd/kubectl "$k8s_ldflags"
 build helm helm helm.sh/helm/v3/cmd/helm \
 	"-X helm.sh/helm/v3/internal/version.version=v${HELM_VERSION}"
+# KEDA's Makefile stamps its version the same way (GO_LDFLAGS); the operator logs it at start.
+keda_ldflags="-X github.com/kedacore/keda/v2/version.Version=${KEDA_VERSION}"
+build keda keda-operator github.com/kedacore/keda/v2/cmd/operator "$keda_ldflags"
+build keda keda-adapter github.com/kedacore/keda/v2/cmd/adapter "$keda_ldflags"
+build keda keda-webhooks github.com/kedacore/keda/v2/cmd/webhooks "$keda_ldflags"
+build karpenter karpenter-kwok sigs.k8s.io/karpenter/kwok
 echo "$bin"
