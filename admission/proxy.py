@@ -58,6 +58,13 @@ HOP_BY_HOP = frozenset(
 )  # fmt: skip
 _DROP_ADMITTED = frozenset({"accept-encoding", "content-type"})  # answers are relayed uncompressed; JSON is set
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+UPSTREAM_IDLE_S = 4.0
+"""Seconds an idle upstream connection is kept for reuse: below the 5 s idle timeout of uvicorn
+(``timeout_keep_alive``, which serves vLLM) and of cpp-httplib (``CPPHTTPLIB_KEEPALIVE_TIMEOUT_SECOND``,
+which serves llama.cpp). A streamed request is sent with ``Connection: close``, so its connection
+is never reused: llama-server (llama.cpp 0c1e570) closes it shortly after the stream without saying
+so, and the next request on it failed with ``ServerDisconnectedError`` (measured). The price is a
+loopback connect per streamed request."""
 MAX_RELAYED_MESSAGE_CHARS = 512
 """An upstream error text longer than this is summarised, not relayed (it is usually an HTML page)."""
 MAX_RELAYED_RETRY_S = 3600
@@ -147,7 +154,11 @@ class Forwarder:
         self.session: aiohttp.ClientSession | None = None
 
     async def start(self) -> None:
-        connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=60, enable_cleanup_closed=True)
+        # Idle upstream connections are dropped before the model servers drop them (uvicorn, which
+        # serves vLLM, and cpp-httplib, which serves llama.cpp, both close after 5 s idle): a request
+        # sent on a connection the server is closing fails before it is read, as a 502 and a
+        # breaker failure.
+        connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=UPSTREAM_IDLE_S, enable_cleanup_closed=True)
         self.session = aiohttp.ClientSession(
             connector=connector, auto_decompress=False, timeout=aiohttp.ClientTimeout()
         )
@@ -180,6 +191,8 @@ class Forwarder:
             payload = json.dumps(body).encode()
         headers = request_headers(request.headers, _DROP_ADMITTED)
         headers["Content-Type"] = "application/json"
+        if stream:  # llama.cpp closes the connection after a stream without saying so: see UPSTREAM_IDLE_S
+            headers["Connection"] = "close"
         up: aiohttp.ClientResponse | None = None
         response: web.StreamResponse | None = None
         try:
