@@ -16,7 +16,7 @@ Invariants (what the engine relies on):
   over-reserving them would waste budget (a request with ``max_completion_tokens: 10000`` holds
   exactly 10000 output tokens).
 - A malformed or inconsistent body is a :class:`CostError` with reason ``bad_request`` naming the
-  field (``param``); a prompt that cannot fit the context window is ``request_too_large``. Both
+  field (``param``), and so is a body that would crash llama.cpp (:func:`_check_grammar_triggers`); a prompt that cannot fit the context window is ``request_too_large``. Both
   are final (no retry helps).
 
 Request fields that change the output length or the number of sequences. A server ignores the
@@ -184,6 +184,33 @@ def _output(body: Mapping[str, Any]) -> _Output:
     )
 
 
+GRAMMAR_TRIGGER_TYPES = range(4)
+"""llama.cpp's ``common_grammar_trigger_type`` values (``common/common.h``, commit 0c1e570): token,
+word, pattern, pattern-full."""
+
+
+def _check_grammar_triggers(body: Mapping[str, Any]) -> None:
+    """Refuse a ``grammar_triggers`` entry whose ``type`` llama.cpp does not know: its
+    ``common_sampler_init`` (``common/sampling.cpp``, commit 0c1e570) reaches
+    ``GGML_ASSERT(false && "unknown trigger type")`` and the whole server aborts, ending every
+    tenant's requests (measured: ``{"prompt": "hi", "grammar_triggers": [{"type": 99, "value": "x"}]}``
+    on ``/v1/completions``). ``server_grammar_trigger`` reads the type with nlohmann's ``get<int>()``,
+    which truncates floats and takes booleans: only an integer in range passes here."""
+    triggers = body.get("grammar_triggers")
+    if not isinstance(triggers, list):
+        return
+    for i, trigger in enumerate(triggers):
+        if not isinstance(trigger, Mapping) or "type" not in trigger:
+            continue  # the server refuses these itself (a JSON exception, answered as an error)
+        kind = trigger["type"]
+        if isinstance(kind, bool) or not isinstance(kind, int) or kind not in GRAMMAR_TRIGGER_TYPES:
+            raise CostError(
+                Reason.BAD_REQUEST,
+                f"grammar_triggers[{i}].type must be an integer 0..3, got {kind!r}",
+                param="grammar_triggers",
+            )
+
+
 def _string_chars(value: Any, images: list[int]) -> int:
     """Characters of every string inside ``value``; image parts are counted in ``images``."""
     if isinstance(value, str):
@@ -262,6 +289,7 @@ def of_body(
         expected = str if key == "model" else bool
         if body.get(key) is not None and not isinstance(body[key], expected):
             raise CostError(Reason.BAD_REQUEST, f"'{key}' must be a {expected.__name__}", param=key)
+    _check_grammar_triggers(body)
     if path == CHAT_PATH:
         chars, overhead, images = _chat_prompt_chars(body)
         prompts = [(chars, None)]

@@ -24,7 +24,9 @@ Guarantees of :meth:`Forwarder.forward` (the admitted path):
   error event (``upstream_error``) and the outcome is ``failure``. A ``finish_reason`` without
   ``[DONE]`` counts as over (TGI before 2.2 sent no ``[DONE]``); nothing is added for the client;
 - when the client goes away mid-stream the upstream connection is closed at once (not returned
-  to the pool), which is how vLLM, llama.cpp and TGI learn to abort the generation.
+  to the pool), which is how vLLM, llama.cpp and TGI learn to abort the generation (so the
+  header that makes llama.cpp keep a stream going without its client, ``X-Conversation-Id``, is
+  not forwarded: :data:`_DROP_ADMITTED`).
 
 Upstream errors before any byte reached the client become OpenAI-style 502 / 504 answers. An
 upstream 5xx keeps its status, but its body is always an OpenAI error: one already in that shape
@@ -56,7 +58,12 @@ HOP_BY_HOP = frozenset(
     {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer",
      "transfer-encoding", "upgrade", "host", "content-length"}
 )  # fmt: skip
-_DROP_ADMITTED = frozenset({"accept-encoding", "content-type"})  # answers are relayed uncompressed; JSON is set
+_DROP_ADMITTED = frozenset({"accept-encoding", "content-type", "x-conversation-id"})
+"""Request headers an admitted request is sent upstream without: answers are relayed uncompressed,
+the JSON content type is set here, and ``X-Conversation-Id`` turns a llama.cpp stream into a
+resumable one that keeps generating after its client (the sidecar) closes the connection
+(``server_res_spipe::should_stop`` in ``tools/server/server-stream.cpp``, llama.cpp 0c1e570): the
+slot would stay busy after the sidecar released its reservation."""
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 UPSTREAM_IDLE_S = 4.0
 """Seconds an idle upstream connection is kept for reuse: below the 5 s idle timeout of uvicorn

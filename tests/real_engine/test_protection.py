@@ -62,6 +62,38 @@ async def test_disconnect_mid_stream_frees_the_reservation_and_stops_generation(
     assert llama_server.metric("tokens_predicted_total") == before  # nothing is generating for nobody
 
 
+async def test_a_conversation_id_does_not_keep_generating_after_the_client_left(llama_server, start_sidecar):
+    """llama.cpp keeps a stream sent with ``X-Conversation-Id`` generating after its client is gone
+    (resumable streams): forwarded, the sidecar would free the reservation of a slot still busy."""
+    sidecar = start_sidecar()
+    async with aiohttp.ClientSession() as session:
+        resp = await session.post(
+            sidecar.url + "/v1/completions",
+            json=completion("Tell a story:", stream=True, **{**LONG, "max_tokens": 900}),
+            headers={"X-Conversation-Id": "resume-me"},
+        )
+        assert resp.status == 200
+        seen = 0
+        async for line in resp.content:
+            seen += line.startswith(b"data:")
+            if seen >= 3:
+                break
+        resp.close()
+    wait_until(lambda: sidecar.stats()["in_flight_requests"] == 0, 5, "the reservation to be released")
+    wait_until(lambda: llama_server.busy_slots() == 0, 2, "the server to stop generating")  # 900 tokens: ~15 s
+
+
+async def test_a_body_that_aborts_the_server_is_refused_before_it(llama_server, start_sidecar):
+    """An unknown ``grammar_triggers`` type makes llama-server abort (``GGML_ASSERT`` in
+    ``common_sampler_init``): one request would end every other tenant's generation."""
+    sidecar = start_sidecar()
+    body = completion("hi", max_tokens=3, grammar_triggers=[{"type": 99, "value": "x"}])
+    async with aiohttp.ClientSession() as session:
+        status, doc, _ = await post(session, sidecar.url + "/v1/completions", body)
+    assert status == 400 and error_of(doc)["param"] == "grammar_triggers"
+    assert llama_server.busy_slots() == 0  # the server still answers
+
+
 async def test_the_servers_own_errors_reach_the_client_as_openai_errors(llama_server, start_sidecar):
     sidecar = start_sidecar()
     async with aiohttp.ClientSession() as session:

@@ -260,3 +260,28 @@ def test_the_reservation_covers_every_server_and_never_exceeds_the_context_per_s
         else:
             per_sequence = max(declared) if declared else (default or left)
         assert c.reserved_tokens >= prompt + n * min(max(per_sequence, min_tokens or 0), left)
+
+
+@pytest.mark.parametrize("kind", [99, -1, 4, 1.5, "1"])
+def test_a_grammar_trigger_of_an_unknown_type_is_a_bad_request(kind: object) -> None:
+    """llama.cpp aborts the whole server on one (``GGML_ASSERT`` in ``common_sampler_init``)."""
+    body = {
+        "prompt": "hi",
+        "max_tokens": 3,
+        "grammar_triggers": [{"type": 0, "value": "x", "token": 5}, {"type": kind}],
+    }
+    with pytest.raises(CostError) as err:
+        cost.of_body(
+            COMPLETIONS_PATH, body, max_context_tokens=1024, default_max_tokens=None, chars_per_token=3.0,
+            safety_factor=1.0,
+        )  # fmt: skip
+    assert err.value.reason is Reason.BAD_REQUEST and err.value.param == "grammar_triggers"
+
+
+def test_grammar_triggers_of_known_types_pass() -> None:
+    triggers = [{"type": t, "value": "x", "token": 5} for t in range(4)]
+    for path, body in ((COMPLETIONS_PATH, {"prompt": "hi"}), (CHAT_PATH, {"messages": msgs()})):
+        cost.of_body(
+            path, {**body, "grammar_triggers": triggers}, max_context_tokens=1024, default_max_tokens=None,
+            chars_per_token=3.0, safety_factor=1.0,
+        )  # fmt: skip
