@@ -15,8 +15,9 @@ body where the status lies:
   ``server_error``** for every exception its request parsing throws that is not a
   ``std::invalid_argument`` (``ex_wrapper`` in ``tools/server/server.cpp``): a malformed ``tools``
   array (``common_chat_tools_parse_oaicompat`` in ``common/chat.cpp``: "Failed to parse tools: ..."),
-  malformed ``messages``, a JSON value of the wrong type (nlohmann's ``[json.exception.type_error.302]
-  ...``), a tool call without ``--jinja``, an empty prompt, ... Those messages
+  malformed ``messages``, an unknown ``reasoning_format`` on a chat request ("Unknown reasoning
+  format: ...", measured with ``"reasoning_format": "bogus"``), a JSON value of the wrong type
+  (nlohmann's ``[json.exception.type_error.302] ...``), a tool call without ``--jinja``, an empty prompt, ... Those messages
   (:data:`LLAMACPP_REQUEST_ERRORS`, taken from ``tools/server/server-common.cpp``,
   ``tools/server/server-chat.cpp`` and ``common/chat.cpp`` at that commit) are the client's; every
   other ``server_error`` (a failed decode, "context shift is disabled", a slot that could not be
@@ -66,6 +67,7 @@ LLAMACPP_REQUEST_ERRORS = (
     '"prompt" ',  # "prompt" is required / must not be empty / elements must be ...
     "'messages' is required",
     "Unsupported param: ",
+    "Unknown reasoning format",  # common/chat.cpp common_reasoning_format_from_name: the body's reasoning_format
     "Only no echo is supported",
     "Cannot use both json_schema and grammar",
     "Cannot specify both content and content_parts",
