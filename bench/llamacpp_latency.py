@@ -4,7 +4,8 @@ Target: llama.cpp's ``llama-server`` (built by ``e2e/engines/build-llamacpp.sh``
 the PyPI sdist llama-cpp-python 0.3.36 vendors) serving SmolLM2-135M-Instruct Q4_1 on the CPU with
 ``--parallel SLOTS``, and the sidecar as the pod runs it (the operator's ConfigMap for an
 ``engine: llamacpp`` pool). Streamed chat completions with greedy sampling; TTFT is the time from
-sending the request to the first ``data:`` event. At concurrency 1 and at SLOTS concurrent streams
+sending the request to the first ``data:`` event (a new connection per request, for both targets;
+see :func:`_ttft` for why not aiohttp's client). At concurrency 1 and at SLOTS concurrent streams
 (every slot busy, nothing queued), the two targets take turns in ``--rounds`` rounds so a busy
 neighbour slows both alike. Prints a table; never gates CI.
 
@@ -22,8 +23,6 @@ import sys
 import tempfile
 import time
 import urllib.request
-
-import aiohttp
 
 from tidegate.api.pool import InferencePool
 from tidegate.operator import names
@@ -55,32 +54,51 @@ def _wait(url: str, timeout_s: float = 60.0) -> None:
     raise SystemExit(f"{url} did not answer within {timeout_s} s")
 
 
-async def _ttft(session: aiohttp.ClientSession, url: str, i: int, max_tokens: int) -> float:
-    body = {
+async def _ttft(url: str, tag: str, max_tokens: int) -> float:
+    """Seconds from sending one streamed chat to its first ``data:`` event; the answer is read to its end.
+
+    A minimal HTTP/1.1 client over one new connection (``Connection: close``) that writes the whole
+    request in one send: aiohttp's client, which sends the headers and the body in two writes, met
+    a 130-200 ms first-byte delay from llama-server's cpp-httplib that curl does not see (3-14 ms),
+    which would have measured the client, not the servers.
+    """
+    host, port = url.removeprefix("http://").split(":")
+    body = json.dumps({
         "model": "smollm2", "stream": True, "max_tokens": max_tokens, "temperature": 0, "ignore_eos": True,
-        "messages": [{"role": "user", "content": f"Request {i}: write a short poem about the sea."}],
-    }  # fmt: skip
+        "messages": [{"role": "user", "content": f"Request {tag}: write a short poem about the sea."}],
+    }).encode()  # fmt: skip
+    head = (
+        f"POST /v1/chat/completions HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+    ).encode()
     start = time.perf_counter()
-    first = None
-    async with session.post(url + "/v1/chat/completions", json=body) as resp:
-        assert resp.status == 200, await resp.text()
-        async for line in resp.content:
-            if first is None and line.startswith(b"data:"):
-                first = time.perf_counter() - start
-    assert first is not None
+    reader, writer = await asyncio.open_connection(host, int(port))
+    try:
+        writer.write(head + body)
+        seen, first = b"", None
+        while chunk := await reader.read(65536):
+            if first is None:
+                seen += chunk
+                if b"data:" in seen:
+                    first = time.perf_counter() - start
+                    assert seen.startswith(b"HTTP/1.1 200"), seen[:200]
+    finally:
+        writer.close()
+    assert first is not None, seen[:500]
     return first
 
 
-async def _round(url: str, concurrency: int, requests: int, max_tokens: int) -> list[float]:
-    async with aiohttp.ClientSession() as session:
-        await _ttft(session, url, -1, 2)  # warm the connection and the server's caches
-        sem = asyncio.Semaphore(concurrency)
+async def _round(url: str, concurrency: int, requests: int, max_tokens: int, tag: str) -> list[float]:
+    """One target's turn. Prompts are unique per turn (``tag``): a prompt the other target just
+    sent would be served from llama.cpp's prompt cache and skip its prefill."""
+    await _ttft(url, f"{tag}-warm-up", 2)
+    sem = asyncio.Semaphore(concurrency)
 
-        async def one(i: int) -> float:
-            async with sem:
-                return await _ttft(session, url, i, max_tokens)
+    async def one(i: int) -> float:
+        async with sem:
+            return await _ttft(url, f"{tag}-{i}", max_tokens)
 
-        return list(await asyncio.gather(*(one(i) for i in range(requests))))
+    return list(await asyncio.gather(*(one(i) for i in range(requests))))
 
 
 def _pct(values: list[float], q: float) -> float:
@@ -127,10 +145,15 @@ def main() -> int:
         )  # fmt: skip
         _wait(sidecar + "/readyz")
         results: dict[tuple[str, int], list[float]] = {}
-        for _ in range(args.rounds):
+        for round_ in range(args.rounds):
             for concurrency in (1, args.slots):
                 for name, url in (("direct", direct), ("sidecar", sidecar)):
-                    ttfts = asyncio.run(_round(url, concurrency, args.requests, args.max_tokens))
+                    try:
+                        ttfts = asyncio.run(
+                            _round(url, concurrency, args.requests, args.max_tokens, f"{name}-{round_}-{concurrency}")
+                        )
+                    except (OSError, AssertionError) as exc:
+                        raise SystemExit(f"{name} at {concurrency} stream(s): {exc!r}; logs in {work}") from exc
                     results.setdefault((name, concurrency), []).extend(ttfts)
         print(f"llama-server --parallel {args.slots}, SmolLM2-135M Q4_1 on CPU; {args.rounds} rounds x "
               f"{args.requests} streamed chats, max_tokens {args.max_tokens}")  # fmt: skip
