@@ -4,8 +4,8 @@ Target: llama.cpp's ``llama-server`` (built by ``e2e/engines/build-llamacpp.sh``
 the PyPI sdist llama-cpp-python 0.3.36 vendors) serving SmolLM2-135M-Instruct Q4_1 on the CPU with
 ``--parallel SLOTS``, and the sidecar as the pod runs it (the operator's ConfigMap for an
 ``engine: llamacpp`` pool). Streamed chat completions with greedy sampling; TTFT is the time from
-sending the request to the first ``data:`` event (a new connection per request, for both targets;
-see :func:`_ttft` for why not aiohttp's client). At concurrency 1 and at SLOTS concurrent streams
+sending the request to the first ``data:`` event (a new connection per request, for both targets:
+see :func:`_ttft`). At concurrency 1 and at SLOTS concurrent streams
 (every slot busy, nothing queued), the two targets take turns in ``--rounds`` rounds so a busy
 neighbour slows both alike. Prints a table; never gates CI.
 
@@ -57,10 +57,10 @@ def _wait(url: str, timeout_s: float = 60.0) -> None:
 async def _ttft(url: str, tag: str, max_tokens: int) -> float:
     """Seconds from sending one streamed chat to its first ``data:`` event; the answer is read to its end.
 
-    A minimal HTTP/1.1 client over one new connection (``Connection: close``) that writes the whole
-    request in one send: aiohttp's client, which sends the headers and the body in two writes, met
-    a 130-200 ms first-byte delay from llama-server's cpp-httplib that curl does not see (3-14 ms),
-    which would have measured the client, not the servers.
+    A minimal HTTP/1.1 client over one new connection (``Connection: close``), the same for both
+    targets: a kept-alive connection to llama-server fails on the request after a stream (it closes
+    the connection without saying so; the sidecar sends streamed requests with ``Connection: close``
+    for that reason).
     """
     host, port = url.removeprefix("http://").split(":")
     body = json.dumps({
