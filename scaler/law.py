@@ -21,7 +21,7 @@ active pods, plus gauges) and the :class:`Policy` (from ``spec.scaling``). Writi
              = util_rec                                     otherwise
 
 ``D / (A/n)`` is the demand in units of what one replica was observed to admit, so a
-saturated pool is sized to run at ``t`` (DESIGN.md, "The scaler"). Then, clamped to
+saturated pool is sized to run at ``t``. Then, clamped to
 ``[minReplicas, maxReplicas]``:
 
 - up (``raw > N``): at most ``N + warm + maxScaleUpStep``; ready warm replicas are promoted in
