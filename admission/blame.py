@@ -16,8 +16,11 @@ body where the status lies:
   ``std::invalid_argument`` (``ex_wrapper`` in ``tools/server/server.cpp``): a malformed ``tools``
   array (``common_chat_tools_parse_oaicompat`` in ``common/chat.cpp``: "Failed to parse tools: ..."),
   malformed ``messages``, an unknown ``reasoning_format`` on a chat request ("Unknown reasoning
-  format: ...", measured with ``"reasoning_format": "bogus"``), a JSON value of the wrong type
-  (nlohmann's ``[json.exception.type_error.302] ...``), a tool call without ``--jinja``, an empty prompt, ... Those messages
+  format: ...", measured with ``"reasoning_format": "bogus"``), a grammar of the request that
+  rejects the text being generated (measured: ``"grammar_lazy": true`` with a ``grammar`` and an
+  empty trigger pattern, answered "got exception: Unexpected empty grammar stack ..."), a JSON
+  value of the wrong type (nlohmann's ``[json.exception.type_error.302] ...``), a tool call
+  without ``--jinja``, an empty prompt, ... Those messages
   (:data:`LLAMACPP_REQUEST_ERRORS`, taken from ``tools/server/server-common.cpp``,
   ``tools/server/server-chat.cpp`` and ``common/chat.cpp`` at that commit) are the client's; every
   other ``server_error`` (a failed decode, "context shift is disabled", a slot that could not be
@@ -68,6 +71,10 @@ LLAMACPP_REQUEST_ERRORS = (
     "'messages' is required",
     "Unsupported param: ",
     "Unknown reasoning format",  # common/chat.cpp common_reasoning_format_from_name: the body's reasoning_format
+    # src/llama-grammar.cpp llama_grammar_accept_*, re-thrown by the slot loop (server-context.cpp
+    # ``iterate``: "got exception: ..."): the request's own grammar rejected the text (a lazy grammar
+    # whose trigger matches what it cannot parse); other "got exception: " messages stay the replica's
+    "got exception: Unexpected empty grammar stack",
     "Only no echo is supported",
     "Cannot use both json_schema and grammar",
     "Cannot specify both content and content_parts",

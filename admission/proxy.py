@@ -21,7 +21,8 @@ Guarantees of :meth:`Forwarder.forward` (the admitted path):
   client gone (``cancelled``);
 - a stream the upstream ends (even cleanly) without saying it is over, i.e. neither
   ``data: [DONE]`` nor a chunk with a ``finish_reason``, is truncated: the client gets an SSE
-  error event (``upstream_error``) and the outcome is ``failure``. A ``finish_reason`` without
+  error event (``upstream_error``) and the outcome is ``failure``, or ``neutral`` when the stream
+  carried an error event the request caused (:func:`_note_error_event`). A ``finish_reason`` without
   ``[DONE]`` counts as over (TGI before 2.2 sent no ``[DONE]``); nothing is added for the client;
 - when the client goes away mid-stream the upstream connection is closed at once (not returned
   to the pool), which is how vLLM, llama.cpp and TGI learn to abort the generation (so the
@@ -96,6 +97,7 @@ class Relay:
     finished: bool = False  # the stream said it was over: ``data: [DONE]`` or a ``finish_reason``
     usage_final: bool = False  # a usage chunk without choices (OpenAI, vLLM) was seen: it is the total
     usage_by_choice: dict[int, tuple[int, int]] = field(default_factory=dict)  # index -> (prompt, completion)
+    client_error_event: bool = False  # the stream carried an error event the request caused (blame)
 
 
 class _ClientGone(Exception):
@@ -147,6 +149,24 @@ def _note_choice_usage(relay: Relay, doc: dict[str, Any]) -> None:
     total = max(p for p, _ in seen) + sum(c for _, c in seen)
     if total > 0:
         relay.used_tokens, relay.usage_reported = total, True
+
+
+def _note_error_event(relay: Relay, payload: bytes) -> None:
+    """An error event inside a 200 stream: llama.cpp sends an error raised after the first result
+    (``send_error`` from the slot loop, ``tools/server/server-context.cpp``, commit 0c1e570) as
+    ``data: {"error": {"code", "message", "type"}}`` and ends the stream, e.g. a lazy grammar of the
+    request that rejects the generated text. It is judged like an error answer with that code
+    (:mod:`tidegate.admission.blame`): when the request caused it, the cut-short stream is neutral."""
+    try:
+        doc = json.loads(payload)
+    except (ValueError, RecursionError):
+        return
+    error = doc.get("error") if isinstance(doc, dict) else None
+    if not isinstance(error, dict):
+        return
+    code = error.get("code")
+    status = code if isinstance(code, int) and not isinstance(code, bool) and 400 <= code < 600 else 500
+    relay.client_error_event = blame.client_caused(status, payload)
 
 
 class Forwarder:
@@ -219,7 +239,7 @@ class Forwarder:
                 await response.prepare(request)
                 await self._relay_events(up, response, relay, started, client_wants_usage)
                 if stream and not relay.finished:  # a clean end of the response, but not of the answer
-                    relay.completion = Completion.FAILURE
+                    relay.completion = Completion.NEUTRAL if relay.client_error_event else Completion.FAILURE
                     return await _stream_error(
                         response, 502, "the model server ended the stream before it finished (no [DONE])",
                         "upstream_error",
@@ -328,6 +348,8 @@ class Forwarder:
         if event.startswith((b"data: [DONE]", b"data:[DONE]")):
             relay.finished = True
         elif event.startswith(b"data:"):  # the space after the colon is optional in SSE
+            if b'"error"' in event:
+                _note_error_event(relay, event[len(b"data:") :])
             if not relay.finished and b'"finish_reason"' in event and _FINISH_REASON.search(event):
                 relay.finished = True
             if relay.ttft_s is None:

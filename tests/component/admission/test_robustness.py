@@ -194,6 +194,42 @@ async def test_a_stream_closed_cleanly_without_done_is_not_passed_off_as_complet
         await runner.cleanup()
 
 
+@pytest.mark.parametrize(
+    ("message", "failures"),
+    [("got exception: Unexpected empty grammar stack after accepting piece: - (29)", 0),
+     ("got exception: std::bad_alloc", 1)],
+    ids=["the-requests-grammar", "the-replicas-fault"],
+)  # fmt: skip
+async def test_an_error_event_mid_stream_is_judged_like_an_error_answer(
+    start_sidecar, http, message: str, failures: int
+) -> None:
+    """llama.cpp reports an error raised after the first token as an SSE error event in the 200
+    stream, then ends it (measured: a lazy ``grammar`` with an empty trigger pattern). One the
+    request caused must not count against the replica, or one tenant opens the breaker for all."""
+    error = {"error": {"code": 500, "message": message, "type": "server_error"}}
+
+    async def breaks(request: web.Request) -> web.StreamResponse:
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        await resp.write(_chunk("t0"))
+        await resp.write(b"data: " + json.dumps(error, separators=(",", ":")).encode() + b"\n\n")
+        await resp.write_eof()
+        return resp
+
+    runner, url = await _upstream({"POST /v1/chat/completions": breaks})
+    try:
+        sidecar = await start_sidecar(url, model={"engine": "llamacpp"})
+        async with http.post(f"{sidecar.url}/v1/chat/completions", json=chat(max_tokens=20, stream=True)) as resp:
+            assert resp.status == 200
+            events = await sse_events(resp)
+        assert events[1][1] == error  # relayed as is
+        assert sidecar.engine.breaker._consecutive_failures == failures
+        stats = sidecar.snapshot()
+        assert (stats.in_flight_requests, stats.in_flight_tokens) == (0, 0)
+    finally:
+        await runner.cleanup()
+
+
 async def test_sse_events_without_a_space_after_data_are_progress_not_a_stall(start_sidecar, http) -> None:
     """``data:{...}`` is as valid SSE as ``data: {...}`` (the space is optional). A steady stream in
     that spelling shows progress (no stall trip), a first token, and its ``finish_reason`` ends it."""

@@ -26,6 +26,8 @@ def llamacpp(message: str, kind: str = "server_error", code: int = 500) -> bytes
         (500, llamacpp("tools param requires --jinja flag")),
         (500, llamacpp('"prompt" must not be empty')),
         (500, llamacpp("Unknown reasoning format: bogus")),  # measured: chat with "reasoning_format": "bogus"
+        # measured: a lazy grammar with an empty trigger pattern (the client's grammar rejects a token)
+        (500, llamacpp("got exception: Unexpected empty grammar stack after accepting piece: - (29)")),
         (501, llamacpp("This server does not support embeddings.", "not_supported_error", 501)),
         (500, body({"object": "error", "message": "bad n", "type": "BadRequestError", "code": 400})),  # older vLLM
         (500, body({"error": {"message": "bad n", "type": "BadRequestError", "param": None, "code": 400}})),
