@@ -185,6 +185,7 @@ class ReplicaModel:
         self._now = start_s
         self._seqs: dict[Hashable, Sequence] = {}
         self._waiting: deque[Sequence] = deque()
+        self._reported = (0, 0)  # (running, waiting) after the last scheduling step
         self._running: dict[Hashable, Sequence] = {}
         self._kv_used = 0
         self._step: _Step | None = None
@@ -211,6 +212,19 @@ class ReplicaModel:
     @property
     def num_waiting(self) -> int:
         return len(self._waiting)
+
+    @property
+    def reported_running(self) -> int:
+        """Running sequences as of the last scheduling step: what vLLM's gauge says (see :attr:`reported_waiting`)."""
+        return self._reported[0]
+
+    @property
+    def reported_waiting(self) -> int:
+        """Waiting sequences as of the last scheduling step, after that step scheduled what fit: what
+        ``vllm:num_requests_waiting`` says. vLLM logs its gauges from the scheduler's stats of each
+        step (``SchedulerStats``, v0.9+ V1 engine), so a request that arrived during a step and fits
+        the next one never shows as waiting; :attr:`num_waiting` counts it until that step starts."""
+        return self._reported[1]
 
     @property
     def kv_used_tokens(self) -> int:
@@ -331,6 +345,7 @@ class ReplicaModel:
             if seq.scheduled_s is None:
                 seq.scheduled_s = self._now
                 self._outbox.append(Event(EventKind.SCHEDULED, seq.seq_id, self._now))
+        self._reported = (len(self._running), len(self._waiting))
         budget = cfg.max_batched_tokens
         decodes = decoding[:budget]
         for seq in decodes:

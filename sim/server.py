@@ -89,8 +89,8 @@ class SimBackend:
     def _gauges(self) -> dict[str, float]:
         m = self.model
         return {
-            "num_requests_running": m.num_running,
-            "num_requests_waiting": m.num_waiting,
+            "num_requests_running": m.reported_running,
+            "num_requests_waiting": m.reported_waiting,
             "kv_cache_usage_perc": m.kv_usage,
         }
 

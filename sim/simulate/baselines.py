@@ -100,7 +100,7 @@ class Policy(abc.ABC):
         total = 0
         for pod in sim.pool.serving():
             sim.sync(pod)
-            total += pod.replica.num_waiting
+            total += pod.replica.reported_waiting  # the gauge KEDA's Prometheus trigger reads
         return total
 
 

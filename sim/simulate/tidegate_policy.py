@@ -127,8 +127,8 @@ class Tidegate(Policy):
                     Telemetry(
                         kv_cache_usage=pod.replica.kv_usage,
                         generation_tokens_total=float(pod.replica.generation_tokens_total),
-                        requests_running=pod.replica.num_running,
-                        requests_queued=pod.replica.num_waiting,
+                        requests_running=pod.replica.reported_running,
+                        requests_queued=pod.replica.reported_waiting,
                     )
                 )
             self._settle(sim, pod, engine.tick())

@@ -177,3 +177,16 @@ def test_kv_never_overflows_and_every_sequence_ends_exactly_once(ops, capacity, 
         assert tokens == list(range(seq.output_tokens))
     assert model.generation_tokens_total == sum(1 for e in events if e.kind is EventKind.TOKEN)
     assert math.isclose(model.kv_usage, 0.0)
+
+
+def test_the_waiting_gauge_counts_only_what_the_last_step_could_not_schedule() -> None:
+    """vLLM logs ``num_requests_waiting`` from each step's scheduler stats: a request that arrives
+    mid-step and fits the next step never shows as waiting (the sidecar would hold work on it)."""
+    model = ReplicaModel(ReplicaConfig(max_running=2, decode_tokens_per_s=10))
+    model.submit("a", prompt_tokens=10, output_tokens=50, now_s=0.0)
+    model.advance(0.05)  # mid-step
+    model.submit("b", prompt_tokens=10, output_tokens=50, now_s=0.05)
+    assert model.num_waiting == 1 and model.reported_waiting == 0  # it fits the next step
+    model.submit("c", prompt_tokens=10, output_tokens=50, now_s=0.05)
+    model.advance(model.next_event_s)  # the next step schedules b; c does not fit (max_running 2)
+    assert (model.reported_running, model.reported_waiting) == (2, 1)
