@@ -22,7 +22,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--config", required=True, help="YAML/JSON file with the pool's `model` and `admission` sections")
     p.add_argument("--upstream", required=True, help="the model server's base URL, e.g. http://127.0.0.1:8000")
     p.add_argument(
-        "--listen", type=_host_port, default=("0.0.0.0", 8080), metavar="HOST:PORT", help="default 0.0.0.0:8080"
+        "--listen",
+        type=_host_port,
+        default=("0.0.0.0", 8081),
+        metavar="HOST:PORT",
+        help="default 0.0.0.0:8081, the port the operator gives the sidecar (8080 is llama.cpp's own)",
     )
     p.add_argument("--labels-file", help="downward-API labels file carrying tidegate.dev/role (absent: active)")
     p.add_argument(
@@ -71,4 +75,10 @@ def _run(args: argparse.Namespace) -> int:
             return runner.run(serve(settings))
     except ConfigError as exc:
         print(f"tidegate admission: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # the listen address is taken or not ours
+        print(
+            f"tidegate admission: cannot listen on {args.listen[0]}:{args.listen[1]}: {exc.strerror or exc}",
+            file=sys.stderr,
+        )
         return 2

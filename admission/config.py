@@ -248,7 +248,7 @@ class SidecarSettings:
     config_path: str
     upstream: str
     listen_host: str = "0.0.0.0"
-    listen_port: int = 8080
+    listen_port: int = 8081
     labels_file: str | None = None
     api_keys_dir: str | None = None
     pod: str = ""

@@ -230,7 +230,11 @@ class Sidecar:
         site = web.TCPSite(
             self._runner, host or self.settings.listen_host, self.settings.listen_port if port is None else port
         )
-        await site.start()
+        try:
+            await site.start()
+        except OSError:  # e.g. the port is taken: close what startup opened (the upstream sessions)
+            await self.stop()
+            raise
         bound = self._runner.addresses[0]
         self.url = f"http://{bound[0]}:{bound[1]}"
         return self.url
