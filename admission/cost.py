@@ -16,7 +16,8 @@ Invariants (what the engine relies on):
   over-reserving them would waste budget (a request with ``max_completion_tokens: 10000`` holds
   exactly 10000 output tokens).
 - A malformed or inconsistent body is a :class:`CostError` with reason ``bad_request`` naming the
-  field (``param``), and so is a body that would crash llama.cpp (:func:`_check_grammar_triggers`); a prompt that cannot fit the context window is ``request_too_large``. Both
+  field (``param``), and so is a body that would crash llama.cpp (:func:`_check_grammar_triggers`)
+  or pin one of its slots (:func:`_check_id_slot`); a prompt that cannot fit the context window is ``request_too_large``. Both
   are final (no retry helps).
 
 Request fields that change the output length or the number of sequences. A server ignores the
@@ -211,6 +212,23 @@ def _check_grammar_triggers(body: Mapping[str, Any]) -> None:
             )
 
 
+def _check_id_slot(body: Mapping[str, Any]) -> None:
+    """Refuse ``id_slot`` (anything but absent, null or -1): it pins a llama.cpp slot, and a request
+    for a busy slot is deferred in the server while another slot is free
+    (``get_available_slot`` and ``queue_tasks.defer`` in ``tools/server/server-context.cpp``, commit
+    0c1e570; the server reads it with ``json_value(data, "id_slot", -1)``, wrapping any integer
+    onto a slot). Measured: with slot 0 busy, ``{"prompt": "hi", "id_slot": 0}`` waited there,
+    ``llamacpp:requests_deferred`` went to 1 and the sidecar, seeing the server queue, refused every
+    other tenant. Which slot serves a request is the server's choice, not a client's."""
+    slot = body.get("id_slot")
+    if slot is not None and not (isinstance(slot, int) and not isinstance(slot, bool) and slot == -1):
+        raise CostError(
+            Reason.BAD_REQUEST,
+            f"'id_slot' ({slot!r}) pins a model-server slot; the sidecar does not admit pinned requests: omit it",
+            param="id_slot",
+        )
+
+
 def _string_chars(value: Any, images: list[int]) -> int:
     """Characters of every string inside ``value``; image parts are counted in ``images``."""
     if isinstance(value, str):
@@ -290,6 +308,7 @@ def of_body(
         if body.get(key) is not None and not isinstance(body[key], expected):
             raise CostError(Reason.BAD_REQUEST, f"'{key}' must be a {expected.__name__}", param=key)
     _check_grammar_triggers(body)
+    _check_id_slot(body)
     if path == CHAT_PATH:
         chars, overhead, images = _chat_prompt_chars(body)
         prompts = [(chars, None)]

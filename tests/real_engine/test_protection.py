@@ -5,7 +5,7 @@ import asyncio
 
 import aiohttp
 
-from .conftest import wait_until
+from .conftest import get_json, wait_until
 from .helpers import GREEDY, SLOTS, chat, completion, error_of, post, stream
 
 LONG = {"max_tokens": 200, "ignore_eos": True, **GREEDY}
@@ -92,6 +92,29 @@ async def test_a_body_that_aborts_the_server_is_refused_before_it(llama_server, 
         status, doc, _ = await post(session, sidecar.url + "/v1/completions", body)
     assert status == 400 and error_of(doc)["param"] == "grammar_triggers"
     assert llama_server.busy_slots() == 0  # the server still answers
+
+
+async def test_a_tenant_cannot_pin_a_busy_slot_and_hold_the_others(llama_server, start_sidecar):
+    """Measured before: with slot 0 busy, ``id_slot: 0`` made llama-server defer the request while
+    slot 1 was free; the sidecar saw the server queueing and refused every other tenant."""
+    sidecar = start_sidecar(admission={"tenancy": {"identity": "header"}})
+    async with aiohttp.ClientSession() as session:
+        long = asyncio.create_task(
+            post(session, sidecar.url + "/v1/completions", completion("Story:", **LONG), **{"x-tenant-id": "a"})
+        )
+        for _ in range(100):  # the event loop must run for the request to go out: no blocking wait_until
+            if await asyncio.to_thread(llama_server.busy_slots) == 1:
+                break
+            await asyncio.sleep(0.05)
+        busy = next(slot["id"] for slot in get_json(llama_server.url + "/slots") if slot["is_processing"])
+        pinned = completion("hi", max_tokens=3, id_slot=busy)
+        status, doc, _ = await post(session, sidecar.url + "/v1/completions", pinned, **{"x-tenant-id": "b"})
+        assert status == 400 and error_of(doc)["param"] == "id_slot"
+        status, _, _ = await post(
+            session, sidecar.url + "/v1/completions", completion("hello", max_tokens=3), **{"x-tenant-id": "c"}
+        )
+        assert status == 200
+        assert (await long)[0] == 200
 
 
 async def test_the_servers_own_errors_reach_the_client_as_openai_errors(llama_server, start_sidecar):

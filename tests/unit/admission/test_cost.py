@@ -285,3 +285,23 @@ def test_grammar_triggers_of_known_types_pass() -> None:
             path, {**body, "grammar_triggers": triggers}, max_context_tokens=1024, default_max_tokens=None,
             chars_per_token=3.0, safety_factor=1.0,
         )  # fmt: skip
+
+
+@pytest.mark.parametrize("slot", [0, 1, 7, 0.5, True, "0"])
+def test_pinning_a_llamacpp_slot_is_a_bad_request(slot: object) -> None:
+    """``id_slot`` makes llama.cpp wait for that slot while another is free, which holds every tenant."""
+    for path, body in ((COMPLETIONS_PATH, {"prompt": "hi"}), (CHAT_PATH, {"messages": msgs()})):
+        with pytest.raises(CostError) as err:
+            cost.of_body(
+                path, {**body, "id_slot": slot}, max_context_tokens=1024, default_max_tokens=None,
+                chars_per_token=3.0, safety_factor=1.0,
+            )  # fmt: skip
+        assert err.value.reason is Reason.BAD_REQUEST and err.value.param == "id_slot"
+
+
+def test_no_slot_pinned_passes() -> None:
+    for slot in (None, -1):
+        cost.of_body(
+            COMPLETIONS_PATH, {"prompt": "hi", "id_slot": slot}, max_context_tokens=1024, default_max_tokens=None,
+            chars_per_token=3.0, safety_factor=1.0,
+        )  # fmt: skip
