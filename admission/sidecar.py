@@ -176,6 +176,7 @@ class Sidecar:
         self.api_keys = ApiKeys(settings.api_keys_dir)
         self.draining = False
         self.backend_healthy = True
+        self.config_warnings: list[str] = []  # where the config promises more than the server holds
         self.instance_id = uuid.uuid4().hex
         self.started_at_s = time.time()
         self._waiters: dict[int, asyncio.Future[None]] = {}
@@ -588,6 +589,7 @@ class Sidecar:
             backend_requests_running=engine.backend_running, backend_requests_queued=engine.backend_queue.value,
             backend_queue_held=engine.backend_queue_held, backend_kv_capacity_tokens=capacity.kv_tokens,
             backend_slots=capacity.slots, backend_context_tokens=capacity.context_tokens,
+            config_warnings=self.config_warnings,
         )  # fmt: skip
 
     # ---- background loops ---------------------------------------------------------------------
@@ -655,9 +657,21 @@ class Sidecar:
                         reading = dataclasses.replace(reading, gpu_memory_usage=self.gpu.memory_usage)
                 self.engine.observe_telemetry(reading)
                 self._wake_settled()
+                self._check_config_against(reading.capacity)
             except Exception:  # e.g. an NVML error: the reading ages and the stale policy applies
                 log.exception("telemetry poll failed")
             await asyncio.sleep(interval)
+
+    def _check_config_against(self, capacity: BackendCapacity | None) -> None:
+        """Log once (WARNING) each way the config promises more than the server reports it holds;
+        :attr:`config_warnings` (in ``/tidegate/stats``) lists those in force."""
+        found = (
+            [] if capacity is None else telemetry.config_mismatches(self.engine.model, self.engine.admission, capacity)
+        )
+        for warning in found:
+            if warning not in self.config_warnings:
+                log.warning("config does not match the model server: %s", warning)
+        self.config_warnings = found
 
     async def _read_backend(self) -> Telemetry:
         """The backend's health, then, while it is healthy, its load signals and capacity (paths

@@ -19,7 +19,8 @@ Shape (JSON, snake_case)::
      "kv_cache_usage": 0.71, "telemetry_age_s": 0.4, "shed_total": 2,
      "telemetry_ok": true, "telemetry_error": null,
      "backend_requests_running": 20, "backend_requests_queued": 0, "backend_queue_held": false,
-     "backend_kv_capacity_tokens": 262144, "backend_slots": null, "backend_context_tokens": null}
+     "backend_kv_capacity_tokens": 262144, "backend_slots": null, "backend_context_tokens": null,
+     "config_warnings": []}
 
 Backend telemetry, as this sidecar last read it from the model server: ``telemetry_ok`` is false
 while a signal it reads for this engine cannot be read (``telemetry_error`` says which and why:
@@ -31,8 +32,9 @@ deferred, TGI batch / queue size); ``backend_queue_held`` is true while new work
 sidecar's queue because the engine queues requests itself. Capacity, as the engine reports it (null
 where it does not): ``backend_kv_capacity_tokens`` (vLLM ``num_gpu_blocks`` x ``block_size``, TGI
 ``max_batch_total_tokens``), ``backend_slots`` and ``backend_context_tokens`` (llama.cpp slots and
-context per slot, TGI ``max_total_tokens``). A document without these fields (an older sidecar) reads
-as telemetry ok and nothing known.
+context per slot, TGI ``max_total_tokens``). ``config_warnings``: each way the pool's config promises
+more than the server reports holding (``telemetry.config_mismatches``; each is also logged once as a
+WARNING). A document without these fields (an older sidecar) reads as telemetry ok and nothing known.
 
 ``shed_total`` counts admitted requests aborted in flight for running far past their prediction
 (``shedAfterMultiple``); it is not demand and no scaling input, only what an operator reads.
@@ -116,6 +118,7 @@ class StatsSnapshot(BaseModel):
     backend_kv_capacity_tokens: int | None = Field(default=None, ge=0, le=MAX_COUNT)
     backend_slots: int | None = Field(default=None, ge=0, le=MAX_COUNT)
     backend_context_tokens: int | None = Field(default=None, ge=0, le=MAX_COUNT)
+    config_warnings: list[str] = Field(default_factory=list, max_length=16)
 
     @property
     def capacity_rejected_total(self) -> int:

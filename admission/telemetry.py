@@ -61,7 +61,9 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 
 from tidegate.admission.engine import BackendCapacity, Telemetry
+from tidegate.api.admission import AdmissionSpec
 from tidegate.api.serving import Engine as BackendEngine
+from tidegate.api.serving import ModelSpec
 
 log = logging.getLogger(__name__)
 
@@ -254,6 +256,38 @@ def parse_tgi_info(doc: Any) -> BackendCapacity:
         raise TelemetryError(ErrorKind.UNPARSABLE, "GET /info: no max_total_tokens", "capacity")
     batch = doc.get("max_batch_total_tokens")
     return BackendCapacity(kv_tokens=batch if _positive_int(batch) else None, context_tokens=total)
+
+
+def config_mismatches(model: ModelSpec, admission: AdmissionSpec, capacity: BackendCapacity) -> list[str]:
+    """Where the pool's settings promise more than the model server reports it holds (empty: none).
+
+    ``model.maxContextTokens`` above the server's context per sequence (llama.cpp per-slot
+    ``n_ctx``, TGI ``max_total_tokens``): the sidecar admits requests the server refuses.
+    ``admission.maxConcurrency`` above llama.cpp's slots: the surplus waits in the server's FIFO
+    (the backend-queue hold then holds new work). ``admission.tokenBudget`` above the server's KV
+    tokens (vLLM, TGI; llama.cpp: slots x context per slot): admission is not what bounds the load.
+    Each entry is one sentence naming the field to change. Pure.
+    """
+    found = []
+    if capacity.context_tokens is not None and model.max_context_tokens > capacity.context_tokens:
+        found.append(
+            f"model.maxContextTokens {model.max_context_tokens} is more than the {capacity.context_tokens} tokens "
+            "the model server holds per sequence: requests admitted here may be refused there"
+        )
+    if capacity.slots is not None and admission.max_concurrency > capacity.slots:
+        found.append(
+            f"admission.maxConcurrency {admission.max_concurrency} is more than the model server's "
+            f"{capacity.slots} slots: the surplus would wait in the server's own queue"
+        )
+    kv_tokens = capacity.kv_tokens
+    if kv_tokens is None and capacity.slots is not None and capacity.context_tokens is not None:
+        kv_tokens = capacity.slots * capacity.context_tokens
+    if kv_tokens is not None and admission.token_budget > kv_tokens:
+        found.append(
+            f"admission.tokenBudget {admission.token_budget} is more than the {kv_tokens} KV-cache tokens "
+            "the model server reports: admission does not bound its load"
+        )
+    return found
 
 
 def _positive_int(value: object) -> bool:

@@ -9,7 +9,7 @@ import aiohttp
 from .conftest import wait_until
 from .helpers import CTX_PER_SLOT, GREEDY, SLOTS, completion, post
 
-TOKENS = 800
+TOKENS = 600
 
 
 def test_the_servers_slots_and_load_are_read(llama_server, start_sidecar):
@@ -27,16 +27,17 @@ async def test_long_non_streamed_generation_is_progress_not_a_stall(llama_server
     """llama.cpp adds to ``tokens_predicted_total`` only when a request ends; the sidecar watches
     its decode steps instead, so a non-streamed answer longer than the stall window is no stall.
 
-    The stall window is min(30 s, requestTimeoutSeconds / 2); the timeout is sized from this
-    server's measured speed so that the answer takes about 1.3 stall windows (and 2/3 of the timeout).
+    The stall window is min(30 s, requestTimeoutSeconds / 2); the timeout is 1.4 x the time the
+    same answer took directly just before, so the answer takes about 1.4 stall windows and 0.7 of
+    the timeout (the geometric middle of the band in which a false stall would show).
     """
     body = completion("Write a long story:", max_tokens=TOKENS, ignore_eos=True, **GREEDY)
     async with aiohttp.ClientSession() as session:
         started = time.monotonic()
-        status, _, _ = await post(session, llama_server.url + "/v1/completions", {**body, "max_tokens": 64})
+        status, _, _ = await post(session, llama_server.url + "/v1/completions", body)
         assert status == 200
-        expected_s = (time.monotonic() - started) * TOKENS / 64
-        sidecar = start_sidecar(admission={"requestTimeoutSeconds": max(4, math.ceil(1.5 * expected_s))})
+        expected_s = time.monotonic() - started
+        sidecar = start_sidecar(admission={"requestTimeoutSeconds": max(4, math.ceil(1.4 * expected_s))})
         before = llama_server.metric("tokens_predicted_total")
         answer = asyncio.create_task(post(session, sidecar.url + "/v1/completions", body))
         decode_steps = llama_server.metric("n_decode_total")
@@ -57,3 +58,11 @@ def test_an_unreadable_metrics_path_is_loud(llama_server, start_sidecar):
     assert "/no-such-metrics" in stats["telemetry_error"]
     assert sidecar.metric("tidegate_admission_telemetry_errors_total") >= 1
     wait_until(lambda: "WARNING" in sidecar.log_text(), 5, "a WARNING in the sidecar's log")
+
+
+def test_a_config_that_does_not_match_the_server_is_named(llama_server, start_sidecar):
+    """examples/llamacpp.yaml's sizing (4 slots of 8192) in front of this 2 x 1024 server."""
+    sidecar = start_sidecar(admission={"tokenBudget": 32768, "maxConcurrency": 4}, maxContextTokens=8192)
+    stats = wait_until(lambda: (s := sidecar.stats())["config_warnings"] and s, 10, "a config warning")
+    assert len(stats["config_warnings"]) == 3
+    wait_until(lambda: "config does not match the model server" in sidecar.log_text(), 5, "the WARNING")

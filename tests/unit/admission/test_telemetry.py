@@ -167,3 +167,28 @@ def test_the_operators_config_carries_the_server_paths() -> None:
     config = parse(builders.admission_config_map(pool)["data"]["config.yaml"])
     assert (config.server.metrics_path, config.server.health_path) == ("/prom", "/healthz")
     assert parse("model: {name: m}\nserver: {metricsPath: metrics}\n").server.metrics_path == "/metrics"
+
+
+def test_a_config_that_promises_more_than_the_server_holds_is_named_field_by_field():
+    from tidegate.admission.engine import BackendCapacity
+    from tidegate.api.admission import AdmissionSpec
+    from tidegate.api.serving import ModelSpec
+
+    model = ModelSpec.model_validate({"name": "m", "engine": "llamacpp", "maxContextTokens": 8192})
+    admission = AdmissionSpec.model_validate({"tokenBudget": 32768, "maxConcurrency": 4})
+    two_slots = BackendCapacity(slots=2, context_tokens=1024)
+    found = telemetry.config_mismatches(model, admission, two_slots)
+    assert [w.split(" ")[0] for w in found] == [
+        "model.maxContextTokens",
+        "admission.maxConcurrency",
+        "admission.tokenBudget",
+    ]
+    assert "1024" in found[0] and "2 slots" in found[1] and "2048" in found[2]
+    fits = AdmissionSpec.model_validate({"tokenBudget": 2048, "maxConcurrency": 2})
+    small = ModelSpec.model_validate({"name": "m", "engine": "llamacpp", "maxContextTokens": 1024})
+    assert telemetry.config_mismatches(small, fits, two_slots) == []
+    assert telemetry.config_mismatches(model, admission, BackendCapacity()) == []  # nothing reported, nothing claimed
+    vllm = telemetry.config_mismatches(
+        small, AdmissionSpec.model_validate({"tokenBudget": 500_000}), BackendCapacity(kv_tokens=400_000)
+    )
+    assert len(vllm) == 1 and "400000" in vllm[0]
