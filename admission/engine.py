@@ -10,7 +10,10 @@ prediction which scans the bounded queue when it is not empty):
 3. system gate (KV cache, GPU memory) -> ``kv_pressure`` / ``gpu_memory``; an expected gauge that
    never arrived counts as stale (``telemetry.onStale``, :mod:`~tidegate.admission.gate`);
 4. tenant policy: accepted requests >= ``maxConcurrency``, or accepted tokens over
-   ``maxInFlightTokens`` -> ``tenant_concurrency``; bucket short -> ``tenant_rate``;
+   ``maxInFlightTokens`` -> ``tenant_concurrency``; bucket short -> ``tenant_rate``. Policy state
+   is per *account* (:mod:`~tidegate.admission.tenants`): under ``unlistedTenants: shared`` every
+   unlisted name is one account, for these limits and for the fair queue's flows and weights alike;
+   counters and metrics still name the tenant sent;
 5. replica capacity: admit at once when nothing is queued and it fits; otherwise queue in the
    weighted-fair queue (:mod:`~tidegate.admission.fairqueue`) unless the predicted start misses
    the deadline (``slo_unreachable``, at once) or the queue is full (a higher class displaces the
@@ -288,21 +291,22 @@ class Engine:
         if gate is not None:
             ticket = self._new_ticket(tenant, priority or self.admission.default_priority_class, _NO_COST)
             return self._reject(ticket, gate, f"backend under {gate.value.replace('_', ' ')}", self._gate_wait_s())
-        state = self.tenants.states.get(tenant)
+        account = self.tenants.account(tenant)
+        state = self.tenants.states.get(account)
         if state is None:
             return None
-        policy = state.policy
+        policy, who = state.policy, self.tenants.describe(account, tenant)
         if policy.max_concurrency is not None and state.accepted >= policy.max_concurrency:
             ticket = self._new_ticket(tenant, priority or self.admission.default_priority_class, _NO_COST)
             return self._reject(
                 ticket, Reason.TENANT_CONCURRENCY,
-                f"tenant {tenant!r} has {state.accepted} requests in progress (limit {policy.max_concurrency})",
+                f"{who} has {state.accepted} requests in progress (limit {policy.max_concurrency})",
                 self.capacity.mean_duration_s / 2,
             )  # fmt: skip
         if policy.tokens_per_second is not None and state.rate_wait_s(1, now) > 0:
             ticket = self._new_ticket(tenant, priority or self.admission.default_priority_class, _NO_COST)
             return self._reject(
-                ticket, Reason.TENANT_RATE, f"tenant {tenant!r} is over {policy.tokens_per_second:g} tokens/s",
+                ticket, Reason.TENANT_RATE, f"{who} is over {policy.tokens_per_second:g} tokens/s",
                 state.rate_wait_s(state.last_cost, now),
             )  # fmt: skip
         return None
@@ -320,7 +324,8 @@ class Engine:
         ticket.deadline_s = now + min(klass.ttft_slo_ms, self.admission.queue.max_wait_ms) / 1000.0
         budget = self.admission.token_budget
         room = self._room[name]
-        policy = self.tenants.policy(tenant)
+        account = ticket.account
+        policy, who = self.tenants.policy(account), self.tenants.describe(account, tenant)
         if cost.reserved_tokens > room:
             return self._reject(
                 ticket, Reason.REQUEST_TOO_LARGE,
@@ -330,13 +335,13 @@ class Engine:
         if policy.max_in_flight_tokens is not None and cost.reserved_tokens > policy.max_in_flight_tokens:
             return self._reject(
                 ticket, Reason.REQUEST_TOO_LARGE,
-                f"request needs {cost.reserved_tokens} tokens; tenant {tenant!r} may hold at most "
+                f"request needs {cost.reserved_tokens} tokens; {who} may hold at most "
                 f"{policy.max_in_flight_tokens} in flight", None, code="request_too_large",
             )  # fmt: skip
         if cost.reserved_tokens > burst_tokens(policy):
             return self._reject(
                 ticket, Reason.REQUEST_TOO_LARGE,
-                f"request needs {cost.reserved_tokens} tokens; tenant {tenant!r} may use at most "
+                f"request needs {cost.reserved_tokens} tokens; {who} may use at most "
                 f"{burst_tokens(policy):.0f} per window", None, code="request_too_large",
             )  # fmt: skip
 
@@ -350,29 +355,29 @@ class Engine:
         if gate is not None:
             return self._reject(ticket, gate, f"backend under {gate.value.replace('_', ' ')}", self._gate_wait_s())
 
-        state = self.tenants.state(tenant, now)
+        state = self.tenants.state(account, now)
         if policy.max_concurrency is not None and state.accepted >= policy.max_concurrency:
             return self._reject(
                 ticket, Reason.TENANT_CONCURRENCY,
-                f"tenant {tenant!r} has {state.accepted} requests in progress (limit {policy.max_concurrency})",
+                f"{who} has {state.accepted} requests in progress (limit {policy.max_concurrency})",
                 self.capacity.mean_duration_s / 2,
             )  # fmt: skip
         cap = policy.max_in_flight_tokens
         if cap is not None and state.accepted_tokens + cost.reserved_tokens > cap:
             return self._reject(
                 ticket, Reason.TENANT_CONCURRENCY,
-                f"tenant {tenant!r} holds {state.accepted_tokens} tokens queued or in flight (limit {cap})",
+                f"{who} holds {state.accepted_tokens} tokens queued or in flight (limit {cap})",
                 self.capacity.mean_duration_s / 2,
             )  # fmt: skip
         rate_wait = state.rate_wait_s(cost.reserved_tokens, now)
         if rate_wait > 0:
             return self._reject(
                 ticket, Reason.TENANT_RATE,
-                f"tenant {tenant!r} is over {policy.tokens_per_second:g} tokens/s", rate_wait,
+                f"{who} is over {policy.tokens_per_second:g} tokens/s", rate_wait,
             )  # fmt: skip
 
         weight = policy.weight * klass.weight
-        if self._over_fair_share(tenant, state.running_tokens + cost.reserved_tokens, policy.weight):
+        if self._over_fair_share(account, state.running_tokens + cost.reserved_tokens, policy.weight):
             ticket.outcome = Outcome.ADMIT_DEMOTED
         else:
             ticket.outcome = Outcome.ADMIT
@@ -398,7 +403,7 @@ class Engine:
                 return self._reject(ticket, Reason.CONCURRENCY, self._held_message(), self._wait_s(ticket, 0, 0, held))
             reason = Reason.CONCURRENCY if self.capacity.lacks_concurrency(ticket) else Reason.TOKEN_BUDGET
             return self._reject(ticket, reason, "replica at capacity", self.capacity.wait_s(ticket, 0, 0))
-        finish = self.queue.peek_finish(ticket.tenant, ticket.priority, ticket.reserved_tokens, weight)
+        finish = self.queue.peek_finish(ticket.account, ticket.priority, ticket.reserved_tokens, weight)
         ahead_tokens, ahead_requests = self.queue.ahead_of(ticket.demoted, finish)
         wait = self._wait_s(ticket, ahead_tokens, ahead_requests, held)
         if now + wait > ticket.deadline_s:
@@ -461,7 +466,7 @@ class Engine:
         ticket.charged_tokens = charged
         self.counters.completed_total += 1
         self.counters.charged_tokens_total += charged
-        state = self.tenants.state(ticket.tenant, now)
+        state = self.tenants.state(ticket.account, now)
         state.running_tokens -= ticket.reserved_tokens
         state.give_back(ticket.reserved_tokens - charged, now)
         self._unaccept(ticket, state)
@@ -601,7 +606,10 @@ class Engine:
 
     def _new_ticket(self, tenant: str, priority: str, cost: costs.RequestCost) -> Ticket:
         self._next_id += 1
-        return Ticket(id=self._next_id, tenant=tenant, priority=priority, cost=cost, submitted_at_s=self.clock())
+        return Ticket(
+            id=self._next_id, tenant=tenant, priority=priority, cost=cost, submitted_at_s=self.clock(),
+            account=self.tenants.account(tenant),
+        )  # fmt: skip
 
     def _tenant_counts(self, tenant: str) -> TenantCounts:
         counts = self.counters.tenants.get(tenant)
@@ -649,7 +657,7 @@ class Engine:
         """A queued ticket leaves unserved: give back its tenant's slot and tokens."""
         now = self.clock()
         self.queue.left(ticket, served=False)
-        state = self.tenants.state(ticket.tenant, now)
+        state = self.tenants.state(ticket.account, now)
         state.give_back(ticket.reserved_tokens, now)
         self._unaccept(ticket, state)
         if ticket.probe_epoch is not None:
@@ -659,7 +667,7 @@ class Engine:
     def _admit(self, ticket: Ticket, now: float) -> None:
         ticket.state, ticket.admitted_at_s = TicketState.ADMITTED, now
         self.capacity.hold(ticket, now)
-        self.tenants.state(ticket.tenant, now).running_tokens += ticket.reserved_tokens
+        self.tenants.state(ticket.account, now).running_tokens += ticket.reserved_tokens
         self.counters.admitted_total += 1
         self.counters.admitted_tokens_total += ticket.reserved_tokens
         counts = self._tenant_counts(ticket.tenant)
@@ -669,9 +677,9 @@ class Engine:
             self.counters.admitted_demoted_total += 1
             counts.demoted += 1
 
-    def _over_fair_share(self, tenant: str, tokens: int, weight: float) -> bool:
-        """Would ``tokens`` accepted put the tenant over ``borrowingCap`` x its fair share?"""
-        state = self.tenants.states.get(tenant)
+    def _over_fair_share(self, account: str, tokens: int, weight: float) -> bool:
+        """Would ``tokens`` accepted put the account over ``borrowingCap`` x its fair share?"""
+        state = self.tenants.states.get(account)
         active = self._active_weight + (0.0 if state is not None and state.accepted else weight)
         if active <= weight + 1e-9:
             return False  # alone: all idle capacity is its to borrow
@@ -679,10 +687,10 @@ class Engine:
         return tokens > self.admission.tenancy.borrowing_cap * share
 
     def _still_demoted(self, ticket: Ticket) -> bool:
-        state = self.tenants.states.get(ticket.tenant)
+        state = self.tenants.states.get(ticket.account)
         running = state.running_tokens if state is not None else 0
         return self._over_fair_share(
-            ticket.tenant, running + ticket.reserved_tokens, self.tenants.policy(ticket.tenant).weight
+            ticket.account, running + ticket.reserved_tokens, self.tenants.policy(ticket.account).weight
         )
 
     def _queue_totals(self) -> tuple[int, int]:

@@ -1,6 +1,7 @@
 """A bounded weighted-fair queue across tenants by token cost (self-clocked fair queueing).
 
-Each flow (tenant, priority class) has weight ``tenant.weight x class.weight``. A request of
+Each flow (tenant account, priority class) has weight ``tenant.weight x class.weight`` (the
+account: ``Ticket.account``, one for all unlisted tenants under ``unlistedTenants: shared``). A request of
 cost ``c`` arriving on a flow gets ``start = max(V, last_finish(flow))`` and
 ``finish = start + c / weight``; the queue serves the smallest finish tag first and sets the
 virtual time ``V`` to the finish tag of what it serves (Golestani, "A Self-Clocked Fair Queueing
@@ -47,14 +48,14 @@ class FairQueue:
         self.tokens = 0
         self._seq = 0
 
-    def peek_finish(self, tenant: str, priority: str, tokens: int, weight: float) -> float:
-        """The finish tag a request would get now (nothing changes)."""
-        start = max(self.virtual_time, self._last_finish.get((tenant, priority), 0.0))
+    def peek_finish(self, account: str, priority: str, tokens: int, weight: float) -> float:
+        """The finish tag a request of ``account``'s flow would get now (nothing changes)."""
+        start = max(self.virtual_time, self._last_finish.get((account, priority), 0.0))
         return start + tokens / weight
 
     def tag(self, ticket: Ticket, weight: float) -> None:
         """Give ``ticket`` its start and finish tags on its flow (also for direct admissions)."""
-        flow = (ticket.tenant, ticket.priority)
+        flow = (ticket.account, ticket.priority)
         start = max(self.virtual_time, self._last_finish.get(flow, 0.0))
         ticket.start_tag = start
         ticket.finish_tag = start + ticket.reserved_tokens / weight
@@ -66,7 +67,7 @@ class FairQueue:
         """Queue a tagged ticket."""
         key = (int(ticket.demoted), ticket.rank)
         heapq.heappush(self._heaps.setdefault(key, []), (ticket.finish_tag, ticket.seq, ticket))
-        flow = (ticket.tenant, ticket.priority)
+        flow = (ticket.account, ticket.priority)
         self._queued_per_flow[flow] = self._queued_per_flow.get(flow, 0) + 1
         self.depth += 1
         self.tokens += ticket.reserved_tokens
@@ -83,7 +84,7 @@ class FairQueue:
         """
         self.depth -= 1
         self.tokens -= ticket.reserved_tokens
-        flow = (ticket.tenant, ticket.priority)
+        flow = (ticket.account, ticket.priority)
         if not served and self._last_finish.get(flow) == ticket.finish_tag:
             self._last_finish[flow] = ticket.start_tag
         remaining = self._queued_per_flow[flow] - 1

@@ -8,9 +8,16 @@ Names and labels:
   ``tenancy.metricsTopTenants`` names; every other tenant is ``other`` (labels stay stable over
   the process life, so no series flips between a name and ``other``); ``priority`` is a configured
   class name or ``unknown`` (a client's header never creates a series);
-- ``tidegate_admission_in_flight_tokens``, ``_in_flight_requests``, ``_queue_depth``,
-  ``_token_budget``, ``_max_concurrency`` (gauges, read at scrape time);
-- ``tidegate_admission_breaker_state{state}``: 1 for the current state, 0 for the others;
+- ``tidegate_admission_in_flight_tokens{pool}``, ``_in_flight_requests{pool}``, ``_queue_depth{pool}``,
+  ``_token_budget{pool}``, ``_max_concurrency{pool}`` (gauges, read at scrape time; every gauge here
+  carries ``pool`` like the counters, so series from a scrape without target labels still say whose
+  they are);
+- ``tidegate_admission_breaker_state{pool,state}``: 1 for the current state, 0 for the others;
+- ``tidegate_admission_upstream_responses_total{pool,code}``: answers of the model server to
+  admitted requests, by status: the exact code for the common ones (:data:`UPSTREAM_CODES`), else
+  its class (``2xx``, ``3xx``, ``4xx``, ``5xx``), so the label stays bounded whatever a server
+  sends; a request that got no status (unreachable, timed out or cancelled before the headers) is
+  not counted;
 - ``tidegate_admission_ttft_seconds{pool,priority}``, ``tidegate_admission_e2e_seconds{pool,priority}``
   (histograms, admitted requests that reached the backend);
 - ``tidegate_admission_slo_total{pool,priority,met}``: admitted requests whose TTFT met (``true``)
@@ -18,7 +25,7 @@ Names and labels:
 - ``tidegate_admission_usage_missing_total{pool}``: responses charged without reported usage;
 - ``tidegate_admission_shed_total{pool,tenant,priority}``: admitted requests aborted in flight for
   running far past their prediction (``shedAfterMultiple``; their decision was already counted);
-- ``tidegate_backend_kv_cache_usage_ratio``; ``tidegate_backend_telemetry_age_seconds`` (the oldest
+- ``tidegate_backend_kv_cache_usage_ratio{pool}``; ``tidegate_backend_telemetry_age_seconds{pool}`` (the oldest
   load signal in use: KV gauge, engine queue); ``tidegate_backend_requests_running``,
   ``tidegate_backend_requests_queued`` (the engine's own counts, NaN where not read);
   ``tidegate_admission_backend_queue_held`` (1 while new work waits here because the engine queues);
@@ -28,8 +35,8 @@ Names and labels:
   ``metrics`` (load signals) or ``capacity``, ``kind`` from
   :class:`~tidegate.admission.telemetry.ErrorKind` (``unreachable``, ``http_status``, ``undecodable``,
   ``unparsable``, ``metric_missing``, ``invalid_value``);
-- ``tidegate_gpu_memory_used_ratio``, ``tidegate_gpu_utilization_ratio``,
-  ``tidegate_gpu_clock_throttle_reasons`` (NVML bitmask), where a GPU is visible.
+- ``tidegate_gpu_memory_used_ratio{pool}``, ``tidegate_gpu_utilization_ratio{pool}``,
+  ``tidegate_gpu_clock_throttle_reasons{pool}`` (NVML bitmask), where a GPU is visible.
 """
 
 from collections.abc import Callable
@@ -45,6 +52,15 @@ _CACHED_CHILDREN = 4096  # label children remembered per metric (keys include ra
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8, 15, 30, 60, 120, 300, 600)
 OTHER = "other"
 UNKNOWN = "unknown"
+UPSTREAM_CODES = frozenset({200, 400, 401, 403, 404, 408, 413, 422, 429, 500, 502, 503, 504})
+"""Upstream statuses labelled by their exact code; any other is labelled by its class."""
+
+
+def status_label(status: int) -> str:
+    """The ``code`` label of an upstream status: exact for :data:`UPSTREAM_CODES`, else ``Nxx``."""
+    if status in UPSTREAM_CODES:
+        return str(status)
+    return f"{min(max(status // 100, 1), 5)}xx"
 
 
 class TenantLabels:
@@ -118,12 +134,16 @@ class SidecarMetrics:
                                                     lambda: _nan(getattr(gpu(), "throttle_reasons", None))),
         }  # fmt: skip
         for name, (doc, read) in gauges.items():
-            Gauge(name, doc, registry=r).set_function(read)
+            Gauge(name, doc, ["pool"], registry=r).labels(pool).set_function(read)
         breaker = Gauge(
-            "tidegate_admission_breaker_state", "Circuit breaker state (1 = current).", ["state"], registry=r
+            "tidegate_admission_breaker_state", "Circuit breaker state (1 = current).", ["pool", "state"], registry=r
         )
         for state in BreakerState:
-            breaker.labels(state.value).set_function(lambda s=state: float(engine().breaker_state is s))
+            breaker.labels(pool, state.value).set_function(lambda s=state: float(engine().breaker_state is s))
+        self.upstream_responses = Counter(
+            "tidegate_admission_upstream_responses", "Model server answers to admitted requests, by status.",
+            ["pool", "code"], registry=r,
+        )  # fmt: skip
         self.tenants = TenantLabels(20, [])
         self.classes: frozenset[str] = frozenset()
         # ``labels()`` costs a few µs per call (argument checks, a lock, a dict lookup); the hot path
@@ -172,6 +192,11 @@ class SidecarMetrics:
                 reason,
             )
         child.inc()
+
+    def upstream_response(self, status: int) -> None:
+        """Count one answer of the model server (``status`` 0: none came, nothing is counted)."""
+        if status:
+            self.upstream_responses.labels(self.pool, status_label(status)).inc()
 
     def telemetry_problem(self, source: str, kind: str) -> None:
         """Count one failed read of the backend's telemetry (``source`` and ``kind`` are closed sets)."""

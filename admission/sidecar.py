@@ -283,6 +283,16 @@ class Sidecar:
                 f"the tenant header {tenancy.header!r} was sent more than once with different values",
                 param=tenancy.header,
             )  # fmt: skip
+        if (
+            tenancy.identity is TenantIdentitySource.HEADER
+            and tenancy.require_identity
+            and not _header(request, tenancy.header)
+        ):  # no identity is refused, not guessed: "default" is a name any client can also send
+            return self._refuse(
+                "unknown", priority, Reason.BAD_REQUEST,
+                f"the tenant header {tenancy.header!r} is required (tenancy.requireIdentity) and was missing or empty",
+                param=tenancy.header,
+            )  # fmt: skip
         tenant = self._tenant(request)
         listed = _header(request, tenancy.header) if tenancy.identity is TenantIdentitySource.HEADER else None
         if listed is not None and "," in listed:  # the whole value: the 128-character cut could drop the comma
@@ -370,6 +380,7 @@ class Sidecar:
             self._wake_settled()
             if not relay.usage_reported and relay.completion is Completion.SUCCESS:
                 self.metrics.usage_missing_child.inc()
+            self.metrics.upstream_response(relay.status)
             if relay.started_s:
                 ttft = None if relay.ttft_s is None else relay.started_s - arrival + relay.ttft_s
                 slo = engine._classes.get(ticket.priority)

@@ -13,12 +13,23 @@ Idle tenants (nothing accepted, bucket full, unused for a while) hold no state:
 :meth:`TenantBook.prune` drops them, so state is bounded by recently active tenants, not by every
 tenant ever seen (keeping recent ones spares the churn of re-creating them on every request).
 
+Accounts: state is kept per *account*, the key a request is charged to. A listed tenant is its own
+account; every unlisted name is the one :data:`UNLISTED` account under ``unlistedTenants: shared``
+(the default: one concurrency count, bucket, in-flight token count and fair-queue flow for all of
+them together, so rotating the header value cannot multiply the default quota), or its own account
+under ``separate``. A ticket keeps the account it was charged to (``Ticket.account``), so a config
+reload that moves a name between accounts releases each request where it was taken.
+
 Pure: times are passed in.
 """
 
 from dataclasses import dataclass, field
 
-from tidegate.api.admission import TenancySpec, TenantPolicy
+from tidegate.api.admission import TenancySpec, TenantPolicy, UnlistedTenants
+
+UNLISTED = ",unlisted"
+"""The account of unlisted tenants under ``unlistedTenants: shared``: a comma is never part of a
+tenant name (the API refuses one, the sidecar refuses such a header), so no tenant can be it."""
 
 
 def burst_tokens(policy: TenantPolicy) -> float:
@@ -77,7 +88,7 @@ class TenantState:
 
 @dataclass(slots=True)
 class TenantBook:
-    """Policies by tenant name and the state of active tenants."""
+    """Policies by tenant name and the state of active accounts (module docstring)."""
 
     spec: TenancySpec
     states: dict[str, TenantState] = field(default_factory=dict)
@@ -94,19 +105,33 @@ class TenantBook:
             state.policy = self.policy(name)
             state.bucket_tokens = min(state.bucket_tokens, burst_tokens(state.policy))
 
-    def policy(self, tenant: str) -> TenantPolicy:
-        """The tenant's own policy, else the default."""
-        return self._policies.get(tenant, self.spec.default)
+    def account(self, tenant: str) -> str:
+        """The account ``tenant`` is charged to: its own name when listed or under ``separate``,
+        else :data:`UNLISTED`."""
+        if tenant in self._policies or self.spec.unlisted_tenants is UnlistedTenants.SEPARATE:
+            return tenant
+        return UNLISTED
 
-    def state(self, tenant: str, now: float) -> TenantState:
-        """The tenant's live state, created (bucket full) on first use."""
-        state = self.states.get(tenant)
+    def policy(self, account: str) -> TenantPolicy:
+        """The account's own policy (a listed tenant), else the default."""
+        return self._policies.get(account, self.spec.default)
+
+    def state(self, account: str, now: float) -> TenantState:
+        """The account's live state, created (bucket full) on first use."""
+        state = self.states.get(account)
         if state is None:
-            policy = self.policy(tenant)
+            policy = self.policy(account)
             state = TenantState(policy=policy, bucket_tokens=burst_tokens(policy), bucket_at_s=now)
-            self.states[tenant] = state
+            self.states[account] = state
         state.used_at_s = now
         return state
+
+    @staticmethod
+    def describe(account: str, tenant: str) -> str:
+        """How refusal messages name the account: the tenant, or the unlisted tenants together."""
+        if account == UNLISTED:
+            return f"unlisted tenants (sharing the default policy; this one {tenant!r})"
+        return f"tenant {tenant!r}"
 
     def prune(self, now: float, unused_for_s: float = 0.0) -> int:
         """Forget tenants idle and unused for ``unused_for_s``; returns how many were dropped."""

@@ -65,9 +65,12 @@ class Ticket:
     seq: int = 0
     reserved_tokens: int = 0  # tokens this request holds while admitted (``cost.reserved_tokens``)
     prefilling: bool = False  # admitted and no first token yet (batch-composition control)
+    account: str = ""  # the tenant state it is charged to (``tenants.TenantBook.account``; "" = ``tenant``)
 
     def __post_init__(self) -> None:
         self.reserved_tokens = self.cost.reserved_tokens
+        if not self.account:
+            self.account = self.tenant
 
     @property
     def demoted(self) -> bool:

@@ -1,6 +1,6 @@
 """Admission-control settings (``spec.admission``): what each replica's sidecar admits.
 
-Decision order in the sidecar (DESIGN.md): circuit breaker -> system gate (KV cache, GPU
+Decision order in the sidecar (README, "Admission sidecar"): circuit breaker -> system gate (KV cache, GPU
 memory) -> tenant policy -> replica capacity with a weighted-fair queue -> forward. Every
 threshold here is per replica.
 """
@@ -221,6 +221,13 @@ class TenantIdentitySource(StrEnum):
     API_KEY = "apiKey"
 
 
+class UnlistedTenants(StrEnum):
+    """How tenant names not listed in ``tenancy.tenants`` are policed (see ``TenancySpec``)."""
+
+    SHARED = "shared"
+    SEPARATE = "separate"
+
+
 class TenantPolicy(ApiModel):
     """Limits and fair-share weight of one tenant."""
 
@@ -271,6 +278,17 @@ class TenancySpec(ApiModel):
     ``Authorization: Bearer`` key, mapped to a tenant by SHA-256 hash through the Secret
     ``apiKeySecret`` (keys: tenant names; values: hex digests, one per line); an unknown key is
     a 401. ``none``: every request is tenant ``default``.
+
+    Unlisted tenants (``unlistedTenants``): ``shared`` (default) admits every name not in
+    ``tenants`` under the ``default`` policy as *one* tenant: one concurrency count, one token
+    bucket, one in-flight token count and one fair-queue weight for all of them together, so a
+    client that rotates the header value cannot escape the default quota; metrics and stats still
+    label by the name sent (within ``metricsTopTenants``). ``separate``: each unlisted name gets its
+    own copy of ``default``; only safe when a trusted gateway sets the header.
+
+    A request without the header (or with an empty value) in ``header`` mode is the tenant
+    ``default``, exactly as a client that sends ``default`` itself; ``requireIdentity`` refuses it
+    instead (400, ``param`` = the header name, a policy ``bad_request``).
     """
 
     identity: TenantIdentitySource = Field(
@@ -280,13 +298,29 @@ class TenancySpec(ApiModel):
         default="x-tenant-id",
         min_length=1,
         max_length=128,
-        description="Header carrying the tenant when identity is `header`.",
+        description="Header carrying the tenant when identity is `header`; absent or empty: the tenant "
+        "`default`, unless `requireIdentity` refuses it.",
     )
     api_key_secret: str | None = Field(
         default=None, max_length=253, description="Secret mapping API-key hashes to tenants when identity is `apiKey`."
     )
+    require_identity: bool = Field(
+        default=False,
+        description="In `header` mode, refuse a request without the header (or with an empty value) with "
+        "400 naming the header, instead of serving it as the tenant `default` (which a client can also "
+        "name itself by sending `default`).",
+    )
     default: TenantPolicy = Field(
-        default_factory=TenantPolicy, description="Policy of tenants not listed in `tenants`."
+        default_factory=TenantPolicy,
+        description="Policy of tenants not listed in `tenants` (how they share it: `unlistedTenants`).",
+    )
+    unlisted_tenants: UnlistedTenants = Field(
+        default=UnlistedTenants.SHARED,
+        description="`shared`: every tenant name not listed in `tenants` is admitted under `default` as one "
+        "tenant (concurrency, tokens/s bucket, in-flight tokens and fair-queue weight shared by all of them "
+        "together), so a client rotating the header value cannot escape the default quota; metrics still "
+        "label by the name sent. `separate`: each unlisted name gets its own copy of `default`; only safe "
+        "when a trusted gateway sets the header (clients could otherwise mint quotas by inventing names).",
     )
     tenants: list[Tenant] = Field(
         default_factory=list,

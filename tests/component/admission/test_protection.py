@@ -95,7 +95,10 @@ async def test_malformed_bodies_are_refused_and_nothing_leaks(
 async def test_tenant_over_quota_gets_429_with_an_honest_retry(start_sim, start_sidecar, http) -> None:
     sim = await start_sim()
     sidecar = await start_sidecar(
-        sim.url, admission={"tenancy": {"identity": "header", "default": {"tokensPerSecond": 50, "burstTokens": 100}}}
+        sim.url,
+        admission={
+            "tenancy": {"identity": "header", "tenants": [{"name": "acme", "tokensPerSecond": 50, "burstTokens": 100}]}
+        },
     )
     headers = {"x-tenant-id": "acme"}
     async with http.post(sidecar.url + "/v1/chat/completions", json=chat(max_tokens=60), headers=headers) as resp:

@@ -90,8 +90,8 @@ async def test_metrics_show_latency_slo_and_state(start_sim, start_sidecar, http
         'tidegate_admission_ttft_seconds_count{pool="test",priority="interactive"} 1.0',
         'tidegate_admission_e2e_seconds_count{pool="test",priority="interactive"} 1.0',
         'tidegate_admission_slo_total{met="true",pool="test",priority="interactive"} 1.0',
-        'tidegate_admission_breaker_state{state="closed"} 1.0',
-        "tidegate_admission_in_flight_requests 0.0",
-        "tidegate_admission_token_budget 65536.0",
+        'tidegate_admission_breaker_state{pool="test",state="closed"} 1.0',
+        'tidegate_admission_in_flight_requests{pool="test"} 0.0',
+        'tidegate_admission_token_budget{pool="test"} 65536.0',
     ):
         assert needle in text, needle

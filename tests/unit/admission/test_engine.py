@@ -11,6 +11,7 @@ from tidegate.admission.ticket import TicketState, TicketStateError
 from .helpers import FakeClock, admission, engine, tokens
 
 ONE_CLASS = {"priorityClasses": [{"name": "std", "ttftSloMs": 60_000}], "defaultPriorityClass": "std"}
+SEPARATE = {"unlistedTenants": "separate"}  # each unlisted name its own tenant: tests of several tenants
 
 
 def test_admits_within_budget_and_queues_beyond() -> None:
@@ -91,7 +92,7 @@ def test_interactive_reserve_is_kept_from_batch() -> None:
 
 
 def test_a_higher_class_displaces_the_lowest_queued_request_when_full() -> None:
-    e = engine(queue={"maxDepth": 2})
+    e = engine(queue={"maxDepth": 2}, tenancy=SEPARATE)
     e.submit("a", "batch", tokens(800))
     e.submit("a", "interactive", tokens(200))
     b1 = e.submit("b", "batch", tokens(100))
@@ -117,7 +118,7 @@ def test_queueing_disabled_refuses_with_what_is_short() -> None:
 
 def test_tenant_concurrency_is_held_until_the_response_ends() -> None:
     clock = FakeClock()
-    e = engine(clock, tenancy={"default": {"maxConcurrency": 1}})
+    e = engine(clock, tenancy={"default": {"maxConcurrency": 1}, **SEPARATE})
     t = e.submit("a", None, tokens(10))
     clock.advance(3600)  # time alone gives nothing back: not a refilling bucket
     refused = e.submit("a", None, tokens(10))
@@ -140,7 +141,7 @@ def test_tenant_rate_retry_after_is_the_refill_time() -> None:
 
 
 def test_tenants_are_charged_by_usage_and_never_zero() -> None:
-    e = engine(tenancy={"default": {"tokensPerSecond": 1, "burstTokens": 500}})
+    e = engine(tenancy={"default": {"tokensPerSecond": 1, "burstTokens": 500}, **SEPARATE})
     t = e.submit("a", None, tokens(400))
     e.release(t, Completion.SUCCESS, used_tokens=50)
     assert e.tenants.state("a", 0).refill(e.clock()) == pytest.approx(450)
@@ -163,7 +164,7 @@ def test_unknown_priority_class_is_a_bad_request() -> None:
 
 
 def test_tenant_over_its_fair_share_is_demoted_behind_others() -> None:
-    e = engine(tokenBudget=1000, maxConcurrency=100, **ONE_CLASS)
+    e = engine(tokenBudget=1000, maxConcurrency=100, tenancy=SEPARATE, **ONE_CLASS)
     hog = [e.submit("hog", None, tokens(300)) for _ in range(2)]
     small = e.submit("small", None, tokens(100))  # now two tenants active: fair share 500, borrowing cap 750
     demoted = e.submit("hog", None, tokens(300))  # 900 > 750 but there is room: admitted, demoted
@@ -293,7 +294,7 @@ def test_every_rejection_is_counted_by_reason_and_tenant() -> None:
 
 def test_a_tenants_in_flight_tokens_are_capped_until_released() -> None:
     clock = FakeClock()
-    e = engine(clock, tokenBudget=10_000, tenancy={"default": {"maxInFlightTokens": 500}})
+    e = engine(clock, tokenBudget=10_000, tenancy={"default": {"maxInFlightTokens": 500}, **SEPARATE})
     long_context = e.submit("a", None, tokens(400))
     refused = e.submit("a", None, tokens(200))
     assert refused.reason is Reason.TENANT_CONCURRENCY and "500" in refused.message
@@ -399,7 +400,7 @@ def test_prefill_cap_keeps_a_long_prompt_from_joining_other_prefills() -> None:
 
 def test_short_work_goes_first_but_a_long_prompt_is_never_starved() -> None:
     clock = FakeClock()
-    e = engine(clock, tokenBudget=100_000, maxConcurrency=1000, maxPrefillTokens=1000, **ONE_CLASS)
+    e = engine(clock, tokenBudget=100_000, maxConcurrency=1000, maxPrefillTokens=1000, tenancy=SEPARATE, **ONE_CLASS)
     first = e.submit("a", None, RequestCost.fixed(900, 10))
     long_prompt = e.submit("b", None, RequestCost.fixed(5000, 10))
     overtook = 0
@@ -452,7 +453,7 @@ def test_long_non_streamed_requests_are_not_a_stall_without_a_backend_token_coun
 
 def test_precheck_refuses_without_a_body_what_no_body_could_change() -> None:
     clock = FakeClock()
-    e = engine(clock, tenancy={"default": {"tokensPerSecond": 10, "burstTokens": 100, "maxConcurrency": 2}})
+    e = engine(clock, tenancy={"default": {"tokensPerSecond": 10, "burstTokens": 100, "maxConcurrency": 2}, **SEPARATE})
     assert e.precheck("new", None) is None  # an unknown tenant: nothing to say before the body
     t = e.submit("a", None, tokens(100))
     e.release(t, Completion.SUCCESS)  # charged the reservation: bucket empty
