@@ -15,6 +15,11 @@ Routes:
   refused with 403 ``path_not_admitted`` (:mod:`tidegate.admission.paths`);
 - everything else is passed through to the model server untouched.
 
+Tenant identity (``tenancy.identity``): ``header`` takes the header's value (absent or empty: the
+tenant ``default``, or under ``requireIdentity`` a 400 naming the header); ``apiKey`` maps the
+bearer key (unknown: 401); ``none`` is ``default``. How unlisted names share the default policy is
+the engine's (:mod:`tidegate.admission.tenants`).
+
 Errors the sidecar answers itself are OpenAI error documents, aiohttp's own ones included
 (:func:`openai_http_errors`: an unroutable path is 404 ``not_found``; a wrong method on one of the
 paths above is 405 ``method_not_allowed`` with ``Allow``, never forwarded).

@@ -41,7 +41,9 @@ def _engine(clock: Clock, tenants: int, scenario: str) -> Engine:
         "tokenBudget": 100_000_000, "maxConcurrency": 100_000,
         "priorityClasses": [{"name": "std", "ttftSloMs": 3_600_000}], "defaultPriorityClass": "std",
         "queue": {"maxDepth": 64, "maxWaitMs": 600_000},
-        "tenancy": {"tenants": [{"name": f"t{i}", "weight": 1 + i % 4} for i in range(min(tenants, 1000))]},
+        # separate: the names past the listed 1,000 keep a state each (shared would fold them into one)
+        "tenancy": {"tenants": [{"name": f"t{i}", "weight": 1 + i % 4} for i in range(min(tenants, 1000))],
+                    "unlistedTenants": "separate"},
     }  # fmt: skip
     if scenario == "queued":
         spec["tokenBudget"] = 32 * COST.reserved_tokens
