@@ -12,7 +12,7 @@ help:
 	@echo "make test          install everything and run lint + all test tiers (unit, component, real-engine, cluster, e2e)"
 	@echo "make real-engine   the sidecar in front of a real llama-server with a real model (builds it the first time)"
 	@echo "make simulate      the policy simulator: every scenario x policy, tables and plots under out/simulate"
-	@echo "make cluster-up    build (first time) and start the local control plane; prints KUBECONFIG"
+	@echo "make cluster-up    build (first time) and start the local control plane with KEDA and Karpenter; prints KUBECONFIG"
 	@echo "make cluster-down  delete the local control plane"
 	@echo "make crd           regenerate crds/ and the chart's generated files from the models"
 	@echo "make lint          ruff + import contracts"

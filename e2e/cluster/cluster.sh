@@ -2,12 +2,18 @@
 # A local Kubernetes control plane without Docker: real etcd, kube-apiserver,
 # kube-controller-manager and kube-scheduler run as processes by `kwokctl --runtime binary`;
 # kwok fakes the nodes (four 8-GPU nodes, one CPU node) and moves pods to Running/Ready.
-# The real KEDA and Karpenter CRDs (from their Go modules) and tidegate's CRD are installed.
+# The real KEDA (operator, metrics API server, admission webhooks) and the real Karpenter (its
+# kwok provider, GPU instance types from manifests/gpu-instance-types.json) run beside it as
+# host processes, with their CRDs (from their Go modules) and tidegate's CRD installed.
 #
-#   cluster.sh up       build what is missing, create (or reuse) the cluster; prints the kubeconfig path
-#   cluster.sh down     delete the cluster
+#   cluster.sh up       build what is missing, create (or reuse) the cluster, start KEDA and
+#                       Karpenter (or keep them if running); prints the kubeconfig path
+#   cluster.sh down     stop KEDA and Karpenter, delete the cluster
 #   cluster.sh env      print `export` lines (KUBECONFIG, PATH with kubectl/helm)
-#   cluster.sh status   exit 0 when the API server answers
+#   cluster.sh status   exit 0 when the API server answers; prints whether KEDA and Karpenter run
+#
+# KEDA and Karpenter write their logs (and pid files, certificates, ports) under
+# ${XDG_CACHE_HOME:-~/.cache}/tidegate/clusters/<name>/addons/.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
@@ -17,7 +23,15 @@ source "$here/versions.env"
 name="${TIDEGATE_CLUSTER_NAME:-tidegate}"
 cache="${XDG_CACHE_HOME:-$HOME/.cache}/tidegate"
 export KWOK_WORKDIR="$cache/kwok"
-kubeconfig="$cache/clusters/$name/kubeconfig"
+state="$cache/clusters/$name"
+kubeconfig="$state/kubeconfig"
+addons="$state/addons"
+# Karpenter's nodes have no podCIDR: kwok hands their pods addresses from this range, kept on
+# loopback like the static nodes' podCIDRs, so whatever connects to a pod IP stays on this machine.
+KWOK_POD_CIDR=127.200.0.0/16
+# The HPA controller's sync period (kube-controller-manager's default is 15 s): shorter here so
+# tests of the real HPA wait less; every other HPA rule (tolerance, stabilisation) is the real one.
+HPA_SYNC_PERIOD="${TIDEGATE_HPA_SYNC_PERIOD:-5s}"
 log() { printf '[cluster] %s\n' "$*" >&2; }
 
 bin_dir() { "$here/build.sh" | tail -n 1; }
@@ -37,18 +51,22 @@ install_crds() {
 	[[ -d "$keda" && -d "$karpenter" ]] || { log "could not download the KEDA/Karpenter modules"; exit 1; }
 	log "installing CRDs: KEDA v$KEDA_VERSION, Karpenter v$KARPENTER_VERSION, tidegate"
 	kc apply --server-side --force-conflicts \
-		-f "$keda/config/crd/bases/keda.sh_scaledobjects.yaml" \
-		-f "$keda/config/crd/bases/keda.sh_triggerauthentications.yaml" \
-		-f "$keda/config/crd/bases/keda.sh_clustertriggerauthentications.yaml" \
+		-f "$keda/config/crd/bases/" \
 		-f "$karpenter/pkg/apis/crds/karpenter.sh_nodepools.yaml" \
 		-f "$karpenter/pkg/apis/crds/karpenter.sh_nodeclaims.yaml" \
+		-f "$karpenter/pkg/apis/crds/karpenter.sh_nodeoverlays.yaml" \
 		-f "$karpenter/kwok/apis/crds/karpenter.kwok.sh_kwoknodeclasses.yaml" \
 		-f "$repo/crds/" >/dev/null
 	kc wait --for condition=established --timeout=60s \
-		crd/scaledobjects.keda.sh crd/triggerauthentications.keda.sh \
-		crd/nodepools.karpenter.sh crd/nodeclaims.karpenter.sh \
+		crd/scaledobjects.keda.sh crd/scaledjobs.keda.sh crd/triggerauthentications.keda.sh \
+		crd/clustertriggerauthentications.keda.sh crd/cloudeventsources.eventing.keda.sh \
+		crd/clustercloudeventsources.eventing.keda.sh \
+		crd/nodepools.karpenter.sh crd/nodeclaims.karpenter.sh crd/kwoknodeclasses.karpenter.kwok.sh \
 		crd/inferencepools.tidegate.dev >/dev/null
 }
+
+# shellcheck source=addons.sh
+source "$here/addons.sh"
 
 up() {
 	bin="$(bin_dir)"
@@ -59,6 +77,7 @@ up() {
 			log "cluster '$name' exists but does not answer: recreating"
 			"$bin/kwokctl" delete cluster --name "$name" >&2 || true
 		fi
+		addons_down # any left from the previous cluster would talk to the new one with stale state
 		mkdir -p "$(dirname "$kubeconfig")"
 		rm -f "$kubeconfig"
 		log "creating cluster '$name' (kube-apiserver v$K8S_VERSION, etcd v$ETCD_VERSION)"
@@ -70,6 +89,8 @@ up() {
 			--kube-controller-manager-binary "$bin/kube-controller-manager" \
 			--kube-scheduler-binary "$bin/kube-scheduler" \
 			--kwok-controller-binary "$bin/kwok" \
+			--extra-args "kwok-controller=cidr=$KWOK_POD_CIDR" \
+			--extra-args "kube-controller-manager=horizontal-pod-autoscaler-sync-period=$HPA_SYNC_PERIOD" \
 			--kube-admission=true \
 			--kube-authorization=true \
 			--wait 180s >&2
@@ -77,14 +98,17 @@ up() {
 	fi
 	kc apply -f "$here/manifests/gpu-nodes.yaml" -f "$here/manifests/test-namespace.yaml" >/dev/null
 	install_crds
-	kc wait --for condition=Ready --timeout=60s node --all >/dev/null
+	kc wait --for condition=Ready --timeout=60s node kwok-gpu-0 kwok-gpu-1 kwok-gpu-2 kwok-gpu-3 kwok-cpu-0 >/dev/null
+	addons_up
 	echo "$kubeconfig"
 }
 
 down() {
 	bin="$(bin_dir)"
+	addons_down
 	"$bin/kwokctl" delete cluster --name "$name" >&2 || true
 	rm -f "$kubeconfig"
+	rm -rf "$addons"
 	rmdir "$(dirname "$kubeconfig")" 2>/dev/null || true # leave nothing behind but what someone else put there
 }
 
@@ -98,7 +122,8 @@ env)
 	;;
 status)
 	bin="$(bin_dir)"
-	answering
+	answering || exit 1
+	addons_status
 	;;
 *)
 	echo "usage: $0 up|down|env|status" >&2

@@ -107,15 +107,41 @@ def test_keda_and_karpenter_crds_are_installed_from_upstream(kubectl) -> None:
     crds = kubectl("get", "crd", "-o", "name").stdout.split()
     for name in (
         "scaledobjects.keda.sh",
+        "scaledjobs.keda.sh",
         "triggerauthentications.keda.sh",
+        "clustertriggerauthentications.keda.sh",
+        "cloudeventsources.eventing.keda.sh",
+        "clustercloudeventsources.eventing.keda.sh",
         "nodepools.karpenter.sh",
         "nodeclaims.karpenter.sh",
+        "kwoknodeclasses.karpenter.kwok.sh",
     ):
         assert f"customresourcedefinition.apiextensions.k8s.io/{name}" in crds
 
 
+def test_keda_and_karpenter_run_beside_the_cluster(kubectl, cluster_env) -> None:
+    import os
+    import subprocess
+
+    from tests.cluster.conftest import CLUSTER_SH
+
+    status = subprocess.run(
+        [str(CLUSTER_SH), "status"], capture_output=True, text=True, env={**os.environ, **cluster_env}, check=True
+    ).stdout
+    assert "KEDA v2.21.0: up" in status and "Karpenter v1.14.1 (kwok provider): up" in status, status
+    # The HPA controller reaches KEDA's metrics API server through the aggregated API.
+    service = json.loads(kubectl("get", "apiservice", "v1beta1.external.metrics.k8s.io", "-o", "json").stdout)
+    available = next(c for c in service["status"]["conditions"] if c["type"] == "Available")
+    assert available["status"] == "True", available
+    assert (
+        json.loads(kubectl("get", "--raw", "/apis/external.metrics.k8s.io/v1beta1").stdout)["kind"] == "APIResourceList"
+    )
+
+
 def test_fake_gpu_nodes_offer_gpus_and_the_restricted_namespace_exists(kubectl) -> None:
-    nodes = yaml.safe_load(kubectl("get", "nodes", "-l", "nvidia.com/gpu.present=true", "-o", "yaml").stdout)["items"]
+    # the static nodes of manifests/gpu-nodes.yaml (Karpenter launches GPU nodes of other sizes)
+    static = "nvidia.com/gpu.present=true,!karpenter.sh/nodepool"
+    nodes = yaml.safe_load(kubectl("get", "nodes", "-l", static, "-o", "yaml").stdout)["items"]
     assert len(nodes) >= 1
     for node in nodes:
         assert node["status"]["allocatable"]["nvidia.com/gpu"] == "8"

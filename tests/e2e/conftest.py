@@ -163,7 +163,41 @@ class Pools:
         self.custom.create_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, body)
         name = body["metadata"]["name"]
         self.names.append(name)
+        self.pause_keda(name)
         return name
+
+    def pause_keda(self, name: str) -> None:
+        """Pause the real KEDA for the pool's ScaledObject (waits for the operator to write it).
+
+        The real KEDA runs on the local cluster too (e2e/cluster/cluster.sh): paused
+        (``autoscaling.keda.sh/paused``), it deletes the HPA it built and leaves ``/scale`` to the
+        stand-in, which keeps this tier's compressed time (1 s polling, a shortened scale-down
+        window) that the real HPA does not have. Paused at creation, before any load, so the real
+        HPA never acts on an e2e pool.
+        """
+        custom = self.custom
+
+        def scaled_object() -> bool:
+            try:
+                return bool(custom.get_namespaced_custom_object(
+                    "keda.sh", "v1alpha1", self.namespace, "scaledobjects", name))  # fmt: skip
+            except kubernetes.client.ApiException:
+                return False
+
+        wait_for(scaled_object, timeout_s=30, what=f"ScaledObject {name}")
+        custom.patch_namespaced_custom_object(
+            "keda.sh", "v1alpha1", self.namespace, "scaledobjects", name,
+            {"metadata": {"annotations": {"autoscaling.keda.sh/paused": "true"}}},
+        )  # fmt: skip
+        autoscaling = kubernetes.client.AutoscalingV2Api(self.launcher.api_client)
+
+        def paused() -> bool:
+            so = custom.get_namespaced_custom_object("keda.sh", "v1alpha1", self.namespace, "scaledobjects", name)
+            conditions = {c["type"]: c["status"] for c in so.get("status", {}).get("conditions", [])}
+            hpas = autoscaling.list_namespaced_horizontal_pod_autoscaler(self.namespace).items
+            return conditions.get("Paused") == "True" and not [h for h in hpas if h.spec.scale_target_ref.name == name]
+
+        wait_for(paused, timeout_s=30, what=f"KEDA paused for {name} (Paused condition, its HPA deleted)")
 
     def delete(self, name: str) -> None:
         try:
@@ -230,7 +264,9 @@ class Pools:
             self.delete(name)
         agent = self.launcher.agent
         for name in self.names:
-            wait_for(lambda n=name: not agent.running(n), timeout_s=60, what=f"processes of {name} gone")
+            # a draining pod may hold its stream up to DRAIN_TIMEOUT_S, then the garbage collector and
+            # kwok delete the pods: 60 s was seen too short on a loaded machine
+            wait_for(lambda n=name: not agent.running(n), timeout_s=120, what=f"processes of {name} gone")
 
 
 @pytest.fixture

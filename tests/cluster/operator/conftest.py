@@ -21,6 +21,8 @@ import yaml
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from tidegate.operator import rbac
+from tidegate.scaler.proto import externalscaler_pb2 as pb
+from tidegate.scaler.proto import externalscaler_pb2_grpc as pb_grpc
 
 OPERATOR_NS = "tidegate-system"
 OPERATOR_SA = "tidegate-operator"
@@ -30,13 +32,17 @@ class ScalerHealth:
     """A gRPC health server; ``serving(False)`` makes the scaler look down."""
 
     def __init__(self) -> None:
-        self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+        self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
         self.servicer = health.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.servicer, self.server)
         port = self.server.add_insecure_port("127.0.0.1:0")
         self.address = f"127.0.0.1:{port}"
+
+    def start(self) -> "ScalerHealth":
+        """Serve (subclasses add their services before this)."""
         self.server.start()
         self.serving(True)
+        return self
 
     def serving(self, up: bool) -> None:
         status = health_pb2.HealthCheckResponse.SERVING if up else health_pb2.HealthCheckResponse.NOT_SERVING
@@ -70,6 +76,40 @@ class ScalerDecisions:
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
 
+class StubScaler(ScalerHealth):
+    """KEDA's ``externalscaler.ExternalScaler`` answering ``desired`` (the replica count, with an
+    ``AverageValue`` target of 1, as tidegate's scaler does) plus gRPC health: what the real KEDA
+    calls when a test needs a known answer rather than the scaling law's. ``calls`` records each
+    RPC's name and the ``scalerMetadata`` KEDA sent."""
+
+    METRIC = "tidegate-desired-replicas"
+
+    def __init__(self, desired: int) -> None:
+        self.desired = desired
+        self.calls: list[tuple[str, dict[str, str]]] = []
+        super().__init__()
+        stub = self
+
+        class Servicer(pb_grpc.ExternalScalerServicer):
+            def IsActive(self, request, context):
+                stub.calls.append(("IsActive", dict(request.scalerMetadata)))
+                return pb.IsActiveResponse(result=stub.desired > 0)
+
+            def GetMetricSpec(self, request, context):
+                stub.calls.append(("GetMetricSpec", dict(request.scalerMetadata)))
+                return pb.GetMetricSpecResponse(
+                    metricSpecs=[pb.MetricSpec(metricName=StubScaler.METRIC, targetSizeFloat=1.0)]
+                )
+
+            def GetMetrics(self, request, context):
+                stub.calls.append(("GetMetrics", dict(request.scaledObjectRef.scalerMetadata)))
+                return pb.GetMetricsResponse(
+                    metricValues=[pb.MetricValue(metricName=request.metricName, metricValueFloat=float(stub.desired))]
+                )
+
+        pb_grpc.add_ExternalScalerServicer_to_server(Servicer(), self.server)
+
+
 @pytest.fixture(scope="session")
 def scaler_decisions() -> Iterator[ScalerDecisions]:
     server = ScalerDecisions()
@@ -80,7 +120,7 @@ def scaler_decisions() -> Iterator[ScalerDecisions]:
 
 @pytest.fixture(scope="session")
 def scaler_health() -> Iterator[ScalerHealth]:
-    server = ScalerHealth()
+    server = ScalerHealth().start()
     yield server
     server.stop()
 

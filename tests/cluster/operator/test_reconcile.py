@@ -227,6 +227,7 @@ def test_node_pool_is_created_validated_by_karpenter_and_deleted_with_the_pool(a
     wait_for(lambda: node_pool() is None, what="NodePool deleted with the pool")
     wait_for(
         lambda: not kubernetes.client.AppsV1Api(api_client).list_namespaced_deployment(namespace).items,
+        timeout_s=90,  # the garbage collector, busy with the namespaces earlier tests left, took > 30 s
         what="Deployment garbage-collected",
     )
 
