@@ -2,8 +2,10 @@
 llama-server (2 slots): the sidecar keeps the server's own queue empty and other tenants served."""
 
 import asyncio
+import contextlib
 
 import aiohttp
+import pytest
 
 from .conftest import get_json, wait_until
 from .helpers import GREEDY, SLOTS, chat, completion, error_of, post, stream
@@ -115,6 +117,28 @@ async def test_a_tenant_cannot_pin_a_busy_slot_and_hold_the_others(llama_server,
         )
         assert status == 200
         assert (await long)[0] == 200
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="llama.cpp 0c1e570 does not stop a non-streamed generation when its client goes away (measured "
+    "directly too), and the sidecar releases the reservation at once; holding it until the server is done "
+    "needs the engine in the forwarder (vLLM and TGI do abort, and a hung server must still be released)",
+)
+async def test_a_non_streamed_request_whose_client_left_holds_nothing_in_the_server(llama_server, start_sidecar):
+    sidecar = start_sidecar()
+    async with aiohttp.ClientSession() as session:
+        with contextlib.suppress(TimeoutError):
+            async with session.post(
+                sidecar.url + "/v1/completions", json=completion("Tell a story:", **LONG),
+                timeout=aiohttp.ClientTimeout(total=0.5),
+            ) as resp:  # fmt: skip
+                await resp.read()
+    wait_until(lambda: sidecar.stats()["in_flight_requests"] == 0, 5, "the reservation to be released")
+    try:
+        wait_until(lambda: llama_server.busy_slots() == 0, 1, "the server to stop generating")
+    finally:
+        wait_until(lambda: llama_server.busy_slots() == 0, 15, "the generation to end")  # leave the server idle
 
 
 async def test_the_servers_own_errors_reach_the_client_as_openai_errors(llama_server, start_sidecar):
