@@ -368,29 +368,43 @@ class Sidecar:
             self._wake_settled()  # the prefill cap may let queued requests in
 
         relay.on_first_event = first_event
-        task = asyncio.current_task()
-        if task is not None:
-            self._running[ticket.id] = (task, relay)
-        try:
-            return await self.forwarder.forward(
-                request, path, body, raw, stream=cost.stream, client_wants_usage=cost.include_usage,
-                prompt_tokens=cost.prompt_tokens, timeout_s=float(admission.request_timeout_seconds), relay=relay,
-            )  # fmt: skip
-        finally:
-            self._running.pop(ticket.id, None)
-            engine.release(
-                ticket, relay.completion, ttft_s=relay.ttft_s, used_tokens=relay.used_tokens,
-                usage_reported=relay.usage_reported,
-            )  # fmt: skip
-            self._wake_settled()
-            if not relay.usage_reported and relay.completion is Completion.SUCCESS:
-                self.metrics.usage_missing_child.inc()
-            self.metrics.upstream_response(relay.status)
-            if relay.started_s:
-                ttft = None if relay.ttft_s is None else relay.started_s - arrival + relay.ttft_s
-                slo = engine._classes.get(ticket.priority)
-                slo_s = slo[1].ttft_slo_ms / 1000.0 if slo else None
-                self.metrics.finished(ticket, ttft, self.clock() - arrival, slo_s)
+        forward = self.forwarder.forward(
+            request, path, body, raw, stream=cost.stream, client_wants_usage=cost.include_usage,
+            prompt_tokens=cost.prompt_tokens, timeout_s=float(admission.request_timeout_seconds), relay=relay,
+        )  # fmt: skip
+        if cost.stream or engine.model.engine is not BackendEngine.LLAMACPP:
+            task = asyncio.current_task()
+            if task is not None:
+                self._running[ticket.id] = (task, relay)
+            try:
+                return await forward
+            finally:
+                self._finish(ticket, relay, arrival)
+        # llama-server does not stop a non-streamed generation whose client went away (llama.cpp
+        # 0c1e570, measured directly): its slot stays busy until the answer is complete, so the
+        # reservation is held as long (bounded by requestTimeoutSeconds, the forwarder's timeout).
+        upstream = asyncio.ensure_future(forward)
+        self._running[ticket.id] = (upstream, relay)
+        upstream.add_done_callback(lambda _: self._finish(ticket, relay, arrival))
+        return await asyncio.shield(upstream)
+
+    def _finish(self, ticket: Ticket, relay: Relay, arrival: float) -> None:
+        """Release ``ticket`` with how its request ended, and record it (once per admitted request)."""
+        engine = self.engine
+        self._running.pop(ticket.id, None)
+        engine.release(
+            ticket, relay.completion, ttft_s=relay.ttft_s, used_tokens=relay.used_tokens,
+            usage_reported=relay.usage_reported,
+        )  # fmt: skip
+        self._wake_settled()
+        if not relay.usage_reported and relay.completion is Completion.SUCCESS:
+            self.metrics.usage_missing_child.inc()
+        self.metrics.upstream_response(relay.status)
+        if relay.started_s:
+            ttft = None if relay.ttft_s is None else relay.started_s - arrival + relay.ttft_s
+            slo = engine._classes.get(ticket.priority)
+            slo_s = slo[1].ttft_slo_ms / 1000.0 if slo else None
+            self.metrics.finished(ticket, ttft, self.clock() - arrival, slo_s)
 
     async def _count_prompt_tokens(self, path: str, body: dict[str, Any]) -> int | None:
         """Exact prompt tokens from the backend's ``/tokenize`` (``tokenizer: backend``), None on any failure.
