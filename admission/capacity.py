@@ -3,7 +3,8 @@
 State: the admitted (in-flight) tickets, their reserved tokens in total and per priority class,
 and the prompt tokens still in prefill. Rules, applied by :meth:`Capacity.fits`:
 
-- reserved tokens <= the budget in force and requests <= ``maxConcurrency``;
+- reserved tokens <= the budget in force and sequences <= ``maxConcurrency`` (a request holds
+  ``sequences x prompts`` of them: ``n`` completions of each prompt of a prompt array run at once);
 - class ``c`` may use the budget less the *unused* reservations of the other classes
   (``reservedShare`` x budget tokens and x concurrency slots each);
 - batch composition (``maxPrefillTokens``): prompt tokens in prefill at once are capped; a longer
@@ -75,6 +76,7 @@ class Capacity:
         self.mean_duration_s = tuning.prior_duration_s
         self._class_tokens: Counter[str] = Counter()
         self._class_requests: Counter[str] = Counter()
+        self.slots = 0  # sequences in flight: the sum of the admitted requests' cost.slots
         self._s_per_token = tuning.prior_s_per_token
         self._prefill_tokens_per_s = tuning.prior_prefill_tokens_per_s
         self._ttft_ratios: list[float] = []
@@ -108,7 +110,8 @@ class Capacity:
         self.tokens += ticket.reserved_tokens
         self._peak_use = max(self._peak_use, self.tokens / self.token_budget)
         self._class_tokens[ticket.priority] += ticket.reserved_tokens
-        self._class_requests[ticket.priority] += 1
+        self._class_requests[ticket.priority] += ticket.cost.slots
+        self.slots += ticket.cost.slots
 
     def free(self, ticket: Ticket) -> bool:
         """``ticket`` ended: give back what it held. False if it was not held."""
@@ -117,7 +120,8 @@ class Capacity:
         self.end_prefill(ticket)
         self.tokens -= ticket.reserved_tokens
         self._class_tokens[ticket.priority] -= ticket.reserved_tokens
-        self._class_requests[ticket.priority] -= 1
+        self._class_requests[ticket.priority] -= ticket.cost.slots
+        self.slots -= ticket.cost.slots
         return True
 
     def end_prefill(self, ticket: Ticket) -> bool:
@@ -143,21 +147,21 @@ class Capacity:
     def fits(self, ticket: Ticket) -> tuple[bool, bool]:
         """(fits now, blocked by total capacity rather than only by another class's reservation)."""
         free_tokens = self.token_budget - self.tokens
-        free_requests = self.admission.max_concurrency - len(self.in_flight)
+        free_requests = self.admission.max_concurrency - self.slots
         if not self.in_flight and free_requests >= 1:
             return True, False
         cap = self.admission.max_prefill_tokens
         if cap is not None and self.prefilling_tokens and self.prefilling_tokens + ticket.cost.prompt_tokens > cap:
             return False, True
-        if ticket.reserved_tokens > free_tokens or free_requests < 1:
+        if ticket.reserved_tokens > free_tokens or free_requests < ticket.cost.slots:
             return False, True
         tokens, requests = self.reserved_for_others(ticket.priority)
-        return ticket.reserved_tokens <= free_tokens - tokens and free_requests - requests >= 1, False
+        return ticket.reserved_tokens <= free_tokens - tokens and free_requests - requests >= ticket.cost.slots, False
 
     def lacks_concurrency(self, ticket: Ticket) -> bool:
         """Whether a slot (rather than tokens) is what ``ticket`` is missing."""
         _, requests = self.reserved_for_others(ticket.priority)
-        return self.admission.max_concurrency - len(self.in_flight) - requests < 1
+        return self.admission.max_concurrency - self.slots - requests < ticket.cost.slots
 
     def wait_s(self, ticket: Ticket, ahead_tokens: int, ahead_requests: int) -> float:
         """Predicted seconds until ``ticket`` could start behind ``ahead_*`` queued tokens and

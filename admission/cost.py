@@ -101,7 +101,10 @@ class RequestCost:
     ``prompt_tokens``: exact count or estimate (see ``prompt_exact``). ``output_tokens``: the
     output reservation over all sequences and prompts. ``reserved_tokens``: what admission holds
     (prompt over-reserved by the safety factor when estimated, plus output), at most
-    ``maxContextTokens`` per sequence. ``sequences``: per prompt.
+    ``maxContextTokens`` per sequence. ``sequences``: per prompt; ``prompts``: prompts sent (a
+    completion's prompt array). :attr:`slots` is what the request occupies of the server's
+    concurrent sequences (vLLM ``--max-num-seqs``, llama.cpp slots: each prompt and each of its
+    completions is a task of its own in llama-server).
     """
 
     prompt_tokens: int
@@ -111,6 +114,12 @@ class RequestCost:
     sequences: int = 1
     stream: bool = False
     include_usage: bool = False
+    prompts: int = 1
+
+    @property
+    def slots(self) -> int:
+        """Sequences the server runs at once for this request: ``sequences x prompts``."""
+        return self.sequences * self.prompts
 
     @classmethod
     def fixed(cls, prompt_tokens: int, output_tokens: int) -> "RequestCost":
@@ -366,4 +375,5 @@ def of_body(
         sequences=sequences,
         stream=body.get("stream") is True,
         include_usage=include_usage,
+        prompts=len(per_prompt),
     )

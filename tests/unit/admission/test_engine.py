@@ -494,3 +494,21 @@ def test_requests_stuck_since_before_the_trip_do_not_fail_a_half_open_probe_at_o
     assert e.breaker_state is BreakerState.OPEN
     e.release(stuck, Completion.FAILURE)
     e.release(probe, Completion.FAILURE)
+
+
+def test_every_sequence_of_a_request_takes_a_concurrency_slot() -> None:
+    """A completion with a prompt array (or ``n`` > 1) runs one sequence per prompt and completion
+    in the server (llama.cpp: a slot each): ``maxConcurrency`` counts them, not requests."""
+    e = engine(maxConcurrency=2, **ONE_CLASS)
+    body = {"model": "m", "prompt": ["Story:", "Tale:"], "max_tokens": 10}
+    two_prompts = e.cost("/v1/completions", body)
+    assert two_prompts.slots == 2
+    first = e.submit("a", None, tokens(10))
+    assert first.state is TicketState.ADMITTED
+    waits = e.submit("b", None, two_prompts)  # one slot free, two needed
+    assert waits.state is not TicketState.ADMITTED
+    e.release(first, Completion.SUCCESS)
+    assert waits.state is TicketState.ADMITTED
+    assert e.in_flight_requests == 1 and e.capacity.slots == 2
+    third = e.submit("c", None, tokens(10))
+    assert third.state is not TicketState.ADMITTED  # both slots are the prompt array's
