@@ -19,6 +19,7 @@ pytestmark = pytest.mark.usefixtures("operator")
 
 NODE_CLASS = {"group": "karpenter.kwok.sh", "kind": "KWOKNodeClass", "name": "default"}  # made by cluster.sh
 GPU = "nvidia.com/gpu"
+ONE_PER_NODE = {"labelSelector": {"matchLabels": {"app": "gpu"}}, "topologyKey": "kubernetes.io/hostname"}
 
 
 def _pending_and_placed(core, namespace: str, pool: str) -> tuple[list, list]:
@@ -88,3 +89,70 @@ def test_karpenter_launches_a_gpu_node_for_the_pool_and_holds_the_gpu_limit(api_
         interval_s=1,
         what="Karpenter's nodes gone with the NodePool",
     )
+
+
+def test_empty_gpu_nodes_are_consolidated_one_at_a_time_under_the_default_budget(api_client, namespace: str) -> None:
+    # The operator's NodePool, as built (default budget: one node, every reason). Built with
+    # `reasons: []` it limited nothing: Karpenter emptied every node in one command.
+    from tidegate.api.pool import InferencePool
+    from tidegate.operator import builders
+
+    body = valid_pool("c")
+    body["metadata"]["namespace"] = namespace
+    body["spec"].update(
+        server={"image": "x", "gpus": 1},
+        nodePool={"enabled": True, "nodeClassRef": NODE_CLASS, "disruption": {"consolidateAfter": "5s"}},
+    )
+    node_pool = builders.node_pool(InferencePool.model_validate(body))
+    assert node_pool["spec"]["disruption"]["budgets"] == [{"nodes": "1"}]
+    np_name = node_pool["metadata"]["name"]
+    custom = kubernetes.client.CustomObjectsApi(api_client)
+    apps = kubernetes.client.AppsV1Api(api_client)
+    custom.create_cluster_custom_object("karpenter.sh", "v1", "nodepools", node_pool)
+    selector = f"karpenter.sh/nodepool={np_name}"
+
+    def claims() -> list[dict]:
+        return custom.list_cluster_custom_object("karpenter.sh", "v1", "nodeclaims", label_selector=selector)["items"]
+
+    try:
+        apps.create_namespaced_deployment(
+            namespace,
+            {
+                "metadata": {"name": "gpu"},
+                "spec": {
+                    "replicas": 3,
+                    "selector": {"matchLabels": {"app": "gpu"}},
+                    "template": {
+                        "metadata": {"labels": {"app": "gpu"}},
+                        "spec": {
+                            "nodeSelector": {"karpenter.sh/nodepool": np_name},
+                            "tolerations": [{"key": GPU, "operator": "Exists", "effect": "NoSchedule"}],
+                            "affinity": {
+                                "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [ONE_PER_NODE]}
+                            },
+                            "containers": [{"name": "c", "image": "x", "resources": {"limits": {GPU: "1"}}}],
+                        },
+                    },
+                },
+            },
+        )
+        core = kubernetes.client.CoreV1Api(api_client)
+        wait_for(
+            lambda: len([p for p in core.list_namespaced_pod(namespace).items if p.spec.node_name]) == 3,
+            timeout_s=120,
+            interval_s=1,
+            what="three pods on three Karpenter nodes",
+        )
+        apps.patch_namespaced_deployment_scale("gpu", namespace, {"spec": {"replicas": 0}})
+        # Three empty nodes; consolidation may remove them only one at a time.
+        most_at_once = 0
+        deadline = time.monotonic() + 240
+        while (live := claims()) and time.monotonic() < deadline:
+            most_at_once = max(most_at_once, sum(1 for c in live if c["metadata"].get("deletionTimestamp")))
+            assert most_at_once <= 1, f"{most_at_once} nodes disrupted at once under a one-node budget"
+            time.sleep(0.5)
+        assert not claims(), "empty nodes were not consolidated within 240 s"
+        assert most_at_once == 1
+    finally:
+        custom.delete_cluster_custom_object("karpenter.sh", "v1", "nodepools", np_name)
+        wait_for(lambda: not claims(), timeout_s=90, interval_s=1, what="the NodePool's nodes gone")
