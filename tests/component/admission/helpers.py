@@ -1,11 +1,13 @@
-"""Request bodies, SSE reading and polling for the sidecar component tests."""
+"""Request bodies, SSE reading, polling and fake upstreams for the sidecar component tests."""
 
 import asyncio
+import contextlib
 import json
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import aiohttp
+from aiohttp import web
 
 MODEL = "sim-llama-3.1-8b"
 
@@ -43,3 +45,22 @@ def error_of(body: dict) -> dict:
     assert {"message", "type", "param", "code"} <= set(err), err
     assert isinstance(err["message"], str) and err["message"]
     return err
+
+
+@contextlib.asynccontextmanager
+async def fake_upstream(
+    routes: dict[str, Callable[[web.Request], Awaitable[web.StreamResponse]]],
+) -> AsyncIterator[str]:
+    """Serve ``{path: POST handler}`` on a free loopback port; yields the base URL."""
+    app = web.Application()
+    for path, handler in routes.items():
+        app.router.add_post(path, handler)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    host, port = runner.addresses[0][:2]
+    try:
+        yield f"http://{host}:{port}"
+    finally:
+        await runner.cleanup()

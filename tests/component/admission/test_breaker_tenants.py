@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator
 import pytest
 from aiohttp import web
 
-from .helpers import chat, error_of
+from .helpers import chat, error_of, fake_upstream
 
 TOOLS_ERROR = {
     "error": {
@@ -47,16 +47,8 @@ class LlamaCppLike:
 @pytest.fixture
 async def llamacpp_like() -> AsyncIterator[LlamaCppLike]:
     fake = LlamaCppLike()
-    app = web.Application()
-    app.router.add_post("/v1/chat/completions", fake.chat)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    host, port = runner.addresses[0][:2]
-    fake.url = f"http://{host}:{port}"
-    yield fake
-    await runner.cleanup()
+    async with fake_upstream({"/v1/chat/completions": fake.chat}) as fake.url:
+        yield fake
 
 
 TENANCY = {"tenancy": {"identity": "header"}, "circuitBreaker": {"minSamples": 4}}

@@ -12,7 +12,7 @@ from aiohttp import web
 
 from tidegate.admission.ticket import TicketState
 
-from .helpers import chat, eventually, sse_events
+from .helpers import chat, eventually, fake_upstream, sse_events
 
 
 async def test_client_abort_mid_stream_releases_and_the_next_request_is_admitted(
@@ -47,15 +47,8 @@ async def _paced_upstream(request: web.Request) -> web.StreamResponse:
 
 @pytest.fixture
 async def paced_upstream() -> AsyncIterator[str]:
-    app = web.Application()
-    app.router.add_post("/v1/chat/completions", _paced_upstream)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    host, port = runner.addresses[0][:2]
-    yield f"http://{host}:{port}"
-    await runner.cleanup()
+    async with fake_upstream({"/v1/chat/completions": _paced_upstream}) as url:
+        yield url
 
 
 async def test_sse_gaps_are_preserved(paced_upstream, start_sidecar, http) -> None:
@@ -196,15 +189,8 @@ async def _llamacpp_completions(request: web.Request) -> web.StreamResponse:
 
 @pytest.fixture
 async def llamacpp_upstream() -> AsyncIterator[str]:
-    app = web.Application()
-    app.router.add_post("/v1/completions", _llamacpp_completions)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    host, port = runner.addresses[0][:2]
-    yield f"http://{host}:{port}"
-    await runner.cleanup()
+    async with fake_upstream({"/v1/completions": _llamacpp_completions}) as url:
+        yield url
 
 
 @pytest.mark.parametrize(("n", "charged"), [(1, 10), (2, 7 + 3 + 4)])

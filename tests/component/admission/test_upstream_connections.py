@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator
 import pytest
 from aiohttp import web
 
-from .helpers import chat
+from .helpers import chat, fake_upstream
 
 CLOSE_AFTER_STREAM_S = 0.2
 FIRST_BYTE_S = 0.4
@@ -51,16 +51,8 @@ class ClosesAfterStreams:
 @pytest.fixture
 async def closes_after_streams() -> AsyncIterator[ClosesAfterStreams]:
     fake = ClosesAfterStreams()
-    app = web.Application()
-    app.router.add_post("/v1/chat/completions", fake.chat)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    host, port = runner.addresses[0][:2]
-    fake.url = f"http://{host}:{port}"
-    yield fake
-    await runner.cleanup()
+    async with fake_upstream({"/v1/chat/completions": fake.chat}) as fake.url:
+        yield fake
 
 
 async def test_a_request_after_a_stream_never_meets_the_closed_connection(closes_after_streams, start_sidecar, http):
