@@ -1,6 +1,7 @@
 """Requests and stream reading for the real-engine tier."""
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 import aiohttp
@@ -71,3 +72,23 @@ def error_of(doc: Any) -> dict[str, Any]:
     err = doc["error"]
     assert {"message", "type", "code"} <= set(err), err
     return err
+
+
+async def leave_mid_stream(
+    session: aiohttp.ClientSession,
+    url: str,
+    body: dict[str, Any],
+    check: Callable[[], None] | None = None,
+    **headers: str,
+) -> None:
+    """Start a streamed request, read three events, run ``check`` (still streaming), then go away."""
+    resp = await session.post(url, json={**body, "stream": True}, headers=headers)
+    assert resp.status == 200
+    seen = 0
+    async for line in resp.content:
+        seen += line.startswith(b"data:")
+        if seen >= 3:
+            break
+    if check is not None:
+        check()
+    resp.close()

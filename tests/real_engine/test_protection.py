@@ -7,7 +7,7 @@ import contextlib
 import aiohttp
 
 from .conftest import get_json, wait_until
-from .helpers import GREEDY, SLOTS, chat, completion, error_of, post, stream
+from .helpers import GREEDY, SLOTS, chat, completion, error_of, leave_mid_stream, post, stream
 
 LONG = {"max_tokens": 200, "ignore_eos": True, **GREEDY}
 
@@ -44,17 +44,13 @@ async def test_overload_is_refused_with_retry_after_and_never_queues_in_the_serv
 async def test_disconnect_mid_stream_frees_the_reservation_and_stops_generation(llama_server, start_sidecar):
     sidecar = start_sidecar()
     async with aiohttp.ClientSession() as session:
-        resp = await session.post(
-            sidecar.url + "/v1/completions", json=completion("Tell a story:", stream=True, **LONG)
-        )
-        assert resp.status == 200
-        seen = 0
-        async for line in resp.content:
-            seen += line.startswith(b"data:")
-            if seen >= 3:
-                break
-        assert sidecar.stats()["in_flight_requests"] == 1
-        resp.close()  # the client goes away mid-stream
+
+        def one_in_flight() -> None:
+            assert sidecar.stats()["in_flight_requests"] == 1
+
+        await leave_mid_stream(
+            session, sidecar.url + "/v1/completions", completion("Tell a story:", **LONG), one_in_flight
+        )  # the client goes away mid-stream
     wait_until(lambda: sidecar.stats()["in_flight_requests"] == 0, 5, "the reservation to be released")
     assert sidecar.stats()["in_flight_tokens"] == 0
     wait_until(lambda: llama_server.busy_slots() == 0, 5, "the server to stop generating")
@@ -68,18 +64,10 @@ async def test_a_conversation_id_does_not_keep_generating_after_the_client_left(
     (resumable streams): forwarded, the sidecar would free the reservation of a slot still busy."""
     sidecar = start_sidecar()
     async with aiohttp.ClientSession() as session:
-        resp = await session.post(
-            sidecar.url + "/v1/completions",
-            json=completion("Tell a story:", stream=True, **{**LONG, "max_tokens": 900}),
-            headers={"X-Conversation-Id": "resume-me"},
-        )
-        assert resp.status == 200
-        seen = 0
-        async for line in resp.content:
-            seen += line.startswith(b"data:")
-            if seen >= 3:
-                break
-        resp.close()
+        await leave_mid_stream(
+            session, sidecar.url + "/v1/completions", completion("Tell a story:", **{**LONG, "max_tokens": 900}),
+            **{"X-Conversation-Id": "resume-me"},
+        )  # fmt: skip
     wait_until(lambda: sidecar.stats()["in_flight_requests"] == 0, 5, "the reservation to be released")
     wait_until(lambda: llama_server.busy_slots() == 0, 2, "the server to stop generating")  # 900 tokens: ~15 s
 
