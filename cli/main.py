@@ -6,6 +6,7 @@ imports its component lazily, so ``tidegate crd`` does not load grpc or kopf.
 
 import argparse
 import importlib
+import re
 import sys
 from collections.abc import Sequence
 
@@ -32,6 +33,23 @@ def _crd(args: argparse.Namespace) -> int:
     return 0
 
 
+_ROLE = re.compile(r":[a-z]+:`(~?)([^`]+)`")
+
+
+def plain(text: str | None) -> str | None:
+    """A module docstring as terminal help: reST roles, inline literals and ``::`` markers dropped.
+
+    A role keeps its target (``~`` keeps only the last dotted part), a double-backquoted literal
+    keeps its text, ``Examples::`` becomes ``Examples:``; line breaks and indentation stay, so a
+    literal block under a raw formatter is still a block.
+    """
+    if text is None:
+        return None
+    text = _ROLE.sub(lambda m: m.group(2).rsplit(".", 1)[-1] if m.group(1) else m.group(2), text)
+    text = text.replace("``", "")
+    return re.sub(r"(?<=\S)::$", ":", text, flags=re.MULTILINE)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every subcommand (exposed for tests and docs)."""
     parser = argparse.ArgumentParser(
@@ -45,6 +63,8 @@ def build_parser() -> argparse.ArgumentParser:
     crd.set_defaults(func=_crd)
     for module in COMPONENT_CLIS:
         importlib.import_module(module).register(sub)
+    for command in sub.choices.values():  # subcommands take their description from reST docstrings
+        command.description = plain(command.description)
     return parser
 
 

@@ -42,6 +42,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "sim-backend",
         help="run a simulated OpenAI-compatible model server (vLLM metrics, latency model, fault switches)",
         description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--listen", type=_host_port, default=("127.0.0.1", 8000), metavar="HOST:PORT")
     p.add_argument("--model", default="sim-llama-3.1-8b", help="served model name (default: %(default)s)")
