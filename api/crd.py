@@ -23,11 +23,16 @@ from pydantic_core import to_jsonable_python
 
 from tidegate.api import constants
 from tidegate.api.pool import InferencePoolSpec
-from tidegate.api.status import InferencePoolStatus
+from tidegate.api.status import ConditionType, InferencePoolStatus
 
 HEADER = "# Generated from the pydantic models in api/ by `tidegate crd`. Do not edit by hand.\n"
 
 _DROP = {"title", "$defs"}
+
+
+def _condition_status(ctype: ConditionType) -> str:
+    return f'.status.conditions[?(@.type=="{ctype.value}")].status'
+
 
 PRINTER_COLUMNS = [
     {"name": "Model", "type": "string", "jsonPath": ".spec.model.name", "description": "Model served"},
@@ -46,6 +51,40 @@ PRINTER_COLUMNS = [
         "description": "Capacity reject rate (0..1) over the scaling window",
     },
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+    # `kubectl get tgpool -o wide` (priority 1): the bounds and the conditions that say why a pool
+    # is not serving or not scaling, without `kubectl describe`.
+    *(
+        {**column, "priority": 1}
+        for column in (
+            {"name": "Engine", "type": "string", "jsonPath": ".spec.model.engine", "description": "Model server"},
+            {"name": "Min", "type": "integer", "jsonPath": ".spec.scaling.minReplicas", "description": "minReplicas"},
+            {"name": "Max", "type": "integer", "jsonPath": ".spec.scaling.maxReplicas", "description": "maxReplicas"},
+            {
+                "name": "Ready",
+                "type": "string",
+                "jsonPath": _condition_status(ConditionType.READY),
+                "description": "Ready condition: the desired active replicas are ready",
+            },
+            {
+                "name": "Degraded",
+                "type": "string",
+                "jsonPath": _condition_status(ConditionType.DEGRADED),
+                "description": "Degraded condition (its message says why: kubectl describe tgpool)",
+            },
+            {
+                "name": "Scaler",
+                "type": "string",
+                "jsonPath": _condition_status(ConditionType.SCALER_REACHABLE),
+                "description": "ScalerReachable condition: the tidegate scaler answers gRPC health checks",
+            },
+            {
+                "name": "Signal",
+                "type": "string",
+                "jsonPath": ".status.signal.reason",
+                "description": "The scaler's last decision, e.g. `4 -> 6: capacity reject 31% across 5 tenants`",
+            },
+        )
+    ),
 ]
 
 

@@ -3,6 +3,7 @@
 import pathlib
 
 from tidegate.api import crd
+from tidegate.api.status import ConditionType
 from tidegate.cli.main import main
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -47,8 +48,27 @@ def test_scale_subresource_and_printer_columns() -> None:
         "statusReplicasPath": ".status.replicas",
         "labelSelectorPath": ".status.selector",
     }
-    names = [c["name"] for c in version["additionalPrinterColumns"]]
+    names = [c["name"] for c in version["additionalPrinterColumns"] if not c.get("priority")]
     assert names == ["Model", "Desired", "Active", "Warm", "RejectRate", "Age"]
+
+
+def test_wide_columns_say_bounds_engine_and_why_a_pool_is_not_serving() -> None:
+    """`kubectl get tgpool -o wide` adds columns (priority 1), each reading a field the schema has."""
+    version = crd.custom_resource_definition()["spec"]["versions"][0]
+    wide = {c["name"]: c["jsonPath"] for c in version["additionalPrinterColumns"] if c.get("priority") == 1}
+    assert list(wide) == ["Engine", "Min", "Max", "Ready", "Degraded", "Scaler", "Signal"]
+    schema = version["schema"]["openAPIV3Schema"]
+    for name, path in wide.items():
+        node = schema
+        field_path, _, condition = path.partition("[?(@.type==")
+        for key in field_path.strip(".").split("."):
+            node = node["properties"][key]
+        if condition:  # .status.conditions[?(@.type=="X")].status: X is a condition the operator sets
+            assert node["type"] == "array", name
+            ctype = condition.split('"')[1]
+            assert ctype in {t.value for t in ConditionType}, name
+            assert path.endswith(")].status") and "status" in node["items"]["properties"], name
+    assert wide["Scaler"].endswith('@.type=="ScalerReachable")].status')
 
 
 def test_group_is_not_the_gateway_api_inference_extension() -> None:
