@@ -61,6 +61,9 @@ class EngineTuning:
     compact_every_s: float = 10.0
     """How often idle tenant and flow state is forgotten."""
     forget_tenant_after_s: float = 60.0
+    capacity_wait_s: float = 30.0
+    """How long after the model server first answers healthy an unset budget waits for its capacity
+    before the fallback (:mod:`tidegate.admission.sizing`); llama.cpp and TGI are read again every 5 s."""
     """An idle tenant's state (full bucket, nothing accepted) is kept this long after its last use."""
 
 

@@ -69,31 +69,18 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from tidegate.admission import cost as costs
+from tidegate.admission import sizing
 from tidegate.admission.breaker import Breaker, BreakerState, Completion
 from tidegate.admission.capacity import Capacity, EngineTuning
 from tidegate.admission.fairqueue import FairQueue
 from tidegate.admission.gate import GateSignal, QueueSignal
 from tidegate.admission.reasons import CAPACITY_REASONS, Outcome, Reason
+from tidegate.admission.sizing import BackendCapacity
 from tidegate.admission.tenants import TenantBook, TenantState, burst_tokens
 from tidegate.admission.ticket import Ticket, TicketState, TicketStateError
 from tidegate.api.admission import AdmissionSpec, PriorityClass
 from tidegate.api.serving import Engine as BackendEngine
 from tidegate.api.serving import ModelSpec
-
-
-@dataclass(frozen=True, slots=True)
-class BackendCapacity:
-    """What the model server can hold at once, as it reports it (``None``: not reported).
-
-    ``kv_tokens``: KV-cache tokens it holds in total (vLLM ``num_gpu_blocks`` x ``block_size``, TGI
-    ``max_batch_total_tokens``); ``slots``: sequences it runs at once (llama.cpp ``--parallel``);
-    ``context_tokens``: tokens one sequence may hold (llama.cpp per-slot ``n_ctx``, TGI
-    ``max_total_tokens``). Sources per engine: :mod:`tidegate.admission.telemetry`.
-    """
-
-    kv_tokens: int | None = None
-    slots: int | None = None
-    context_tokens: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,7 +159,10 @@ class Engine:
         self.backend_queue = QueueSignal()
         self.backend_running: int | None = None
         self.backend_capacity: BackendCapacity | None = None
-        self.capacity = Capacity(admission, self.tuning, clock())
+        self._capacity_wait_from_s: float | None = None  # when the model server first answered healthy
+        self.model = model
+        self.sizing = sizing.size(admission, model, None, waited_out=False)
+        self.capacity = Capacity(self._effective(admission), self.tuning, clock())
         self._deadlines: list[tuple[float, int, Ticket]] = []
         self._settled: list[Ticket] = []
         self._next_id = 0
@@ -187,8 +177,13 @@ class Engine:
     # ---- configuration -------------------------------------------------------------------
 
     def reconfigure(self, admission: AdmissionSpec, model: ModelSpec) -> None:
-        """Apply new settings; in-flight and queued requests are kept (nothing is dropped)."""
-        self.admission, self.model = admission, model
+        """Apply new settings; in-flight and queued requests are kept (nothing is dropped).
+
+        :attr:`configured` is ``admission`` as given; :attr:`admission` is the same with the token
+        budget and concurrency in force filled in (:attr:`sizing`, :mod:`tidegate.admission.sizing`)."""
+        if model.engine is not self.model.engine:  # another server: what the old one reported means nothing
+            self.backend_capacity, self._capacity_wait_from_s = None, None
+        self.configured, self.model = admission, model
         now = self.clock()  # the signals this engine serves are expected from now (gate module table)
         if model.engine not in KV_GAUGE_ENGINES and self.kv.expected_since_s is not None:
             self.kv = GateSignal()  # another engine now: the old one's last reading means nothing
@@ -199,14 +194,53 @@ class Engine:
         self._classes: dict[str, tuple[int, PriorityClass]] = {
             c.name: (rank, c) for rank, c in enumerate(admission.priority_classes)
         }
-        self.capacity.configure(admission, self._classes)
-        budget = admission.token_budget
-        reserved = sum(c.reserved_share for c in admission.priority_classes)
-        # tokens a class may ever hold (configured budget): the budget less the other classes' reservations
-        self._room = {c.name: budget - (reserved - c.reserved_share) * budget for c in admission.priority_classes}
+        self.sizing = sizing.size(admission, model, self.backend_capacity, waited_out=self._waited_out(now))
+        self._apply_sizing()
         self.breaker.reconfigure(admission.circuit_breaker)
         self.tenants.reconfigure(admission.tenancy)
         self._active_weight = sum(s.policy.weight for s in self.tenants.states.values() if s.accepted)
+
+    def _effective(self, admission: AdmissionSpec) -> AdmissionSpec:
+        return admission.model_copy(
+            update={"token_budget": self.sizing.token_budget, "max_concurrency": self.sizing.max_concurrency}
+        )
+
+    def _apply_sizing(self) -> None:
+        """Put :attr:`sizing` in force (the adaptive budget restarts from a new base)."""
+        self.admission = admission = self._effective(self.configured)
+        self.capacity.configure(admission, self._classes)
+        budget = self.sizing.token_budget
+        reserved = sum(c.reserved_share for c in admission.priority_classes)
+        # tokens a class may ever hold (base budget): the budget less the other classes' reservations
+        self._room = {c.name: budget - (reserved - c.reserved_share) * budget for c in admission.priority_classes}
+
+    def _waited_out(self, now: float) -> bool:
+        start = self._capacity_wait_from_s
+        return start is not None and now - start >= self.tuning.capacity_wait_s
+
+    def _resize(self) -> None:
+        """Size again from what is known now; a change is logged and put in force."""
+        new = sizing.size(self.configured, self.model, self.backend_capacity, waited_out=self._waited_out(self.clock()))
+        if new == self.sizing:
+            return
+        old, self.sizing = self.sizing, new
+        self._apply_sizing()
+        fallback = sizing.describe(new, self.model.engine)
+        if fallback is not None and sizing.describe(old, self.model.engine) != fallback:
+            log.warning("admission sizing: %s", fallback)
+        elif not new.pending:
+            log.info(
+                "admission sizing: token budget %d (%s), max concurrency %d (%s)",
+                new.token_budget, new.budget_source.value, new.max_concurrency, new.concurrency_source.value,
+            )  # fmt: skip
+        self.dispatch()
+
+    def note_backend_healthy(self) -> None:
+        """The model server answered its health check: the bounded wait for its capacity starts
+        (:attr:`EngineTuning.capacity_wait_s`; a model still loading does not use it up)."""
+        if self._capacity_wait_from_s is None:
+            self._capacity_wait_from_s = self.clock()
+            self._resize()
 
     def cost(self, path: str, body: object, prompt_tokens: int | None = None) -> costs.RequestCost:
         """The cost of an OpenAI body under this engine's model settings (raises ``CostError``)."""
@@ -529,6 +563,8 @@ class Engine:
         """Periodic upkeep (call every ~50-100 ms): expiry, stall check, breaker, dispatch,
         forgetting idle tenants. Returns the tickets settled since the last call."""
         now = self.clock()
+        if self.sizing.pending:
+            self._resize()  # the bounded wait for the model server's capacity may be over
         self.expire()
         self._check_stall()
         if self.breaker.state is BreakerState.OPEN and self.queue.depth:
@@ -593,8 +629,9 @@ class Engine:
             self.backend_queue.observe(reading.requests_queued, now)
         if reading.requests_running is not None:
             self.backend_running = reading.requests_running
-        if reading.capacity is not None:
+        if reading.capacity is not None and reading.capacity != self.backend_capacity:
             self.backend_capacity = reading.capacity
+            self._resize()
         total = reading.generation_tokens_total
         if total is not None:
             if self._last_generation_total is not None and total > self._last_generation_total:

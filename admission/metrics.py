@@ -9,9 +9,11 @@ Names and labels:
   the process life, so no series flips between a name and ``other``); ``priority`` is a configured
   class name or ``unknown`` (a client's header never creates a series);
 - ``tidegate_admission_in_flight_tokens{pool}``, ``_in_flight_requests{pool}``, ``_queue_depth{pool}``,
-  ``_token_budget{pool}``, ``_max_concurrency{pool}`` (gauges, read at scrape time; every gauge here
-  carries ``pool`` like the counters, so series from a scrape without target labels still say whose
-  they are);
+  ``_token_budget{pool}``, ``_max_concurrency{pool}`` (the numbers in force: configured, or read from
+  the model server, see :mod:`tidegate.admission.sizing`), ``_budget_fallback{pool}`` (1 while one of
+  them is a fallback because the server reported no capacity) (gauges, read at scrape time; every
+  gauge here carries ``pool`` like the counters, so series from a scrape without target labels still
+  say whose they are);
 - ``tidegate_admission_breaker_state{pool,state}``: 1 for the current state, 0 for the others;
 - ``tidegate_admission_upstream_responses_total{pool,code}``: answers of the model server to
   admitted requests, by status: the exact code for the common ones (:data:`UPSTREAM_CODES`), else
@@ -115,7 +117,9 @@ class SidecarMetrics:
             "tidegate_admission_in_flight_requests": ("Requests in flight.", lambda: engine().in_flight_requests),
             "tidegate_admission_queue_depth": ("Requests waiting in the admission queue.", lambda: engine().queue.depth),
             "tidegate_admission_token_budget": ("Token budget in force (adaptive or configured).", lambda: engine().token_budget),
-            "tidegate_admission_max_concurrency": ("Replica concurrency cap.", lambda: engine().admission.max_concurrency),
+            "tidegate_admission_max_concurrency": ("Replica concurrency cap in force.", lambda: engine().admission.max_concurrency),
+            "tidegate_admission_budget_fallback": ("1 while the budget or concurrency is a fallback: unset, and the model "
+                                                   "server reported no capacity.", lambda: float(engine().sizing.fallback)),
             "tidegate_backend_kv_cache_usage_ratio": ("Backend KV-cache usage (0..1), last reading.",
                                                       lambda: _nan(engine().kv.value)),
             "tidegate_backend_telemetry_age_seconds": ("Seconds since the oldest backend load signal in use was read.",

@@ -7,8 +7,11 @@ Routes:
 - ``GET /metrics`` (:mod:`tidegate.admission.metrics`), ``GET /tidegate/stats``
   (:class:`~tidegate.admission.stats.StatsSnapshot`), ``POST /tidegate/drain`` (what a preStop
   hook calls), ``GET /healthz`` (the process serves), ``GET /readyz`` (active role, not
-  draining, backend healthy: never "has spare capacity", so overload sheds with 429/503 while
-  the pod stays in the Service);
+  draining, backend healthy, sized: never "has spare capacity", so overload sheds with 429/503 while
+  the pod stays in the Service), ``GET /tidegate/ready`` (sized, whatever the role: the pod's
+  readiness; 503 while an unset ``tokenBudget`` / ``maxConcurrency`` is still being read from the
+  model server, during which admitted paths answer 503 ``not_active``; see
+  :mod:`tidegate.admission.sizing`);
 - ``POST /chat/completions`` (llama.cpp's alias) and other spellings of the two paths above
   (trailing slash, case, percent-encoding) are admitted as those paths; the model servers' other
   generation routes (``/generate``, ``/completion``, ``/v1/responses``, ``/invocations``, ...) are
@@ -61,7 +64,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from tidegate.admission import errors, metrics, paths, poller, stats, telemetry
+from tidegate.admission import errors, metrics, paths, poller, sizing, stats, telemetry
 from tidegate.admission.breaker import Completion
 from tidegate.admission.config import ApiKeys, ConfigWatcher, SidecarConfig, SidecarSettings, read_role
 from tidegate.admission.cost import CHAT_PATH, COMPLETIONS_PATH, CostError
@@ -182,6 +185,8 @@ class Sidecar:
         self.draining = False
         self.backend_healthy = True
         self.config_warnings: list[str] = []  # where the config promises more than the server holds
+        self._sized = asyncio.Event()  # set while the budget and concurrency are known (not pending)
+        self._note_sizing()
         self.instance_id = uuid.uuid4().hex
         self.started_at_s = time.time()
         self._waiters: dict[int, asyncio.Future[None]] = {}
@@ -204,6 +209,7 @@ class Sidecar:
         app.router.add_put("/tidegate/role", self._push_role)
         app.router.add_get("/healthz", self._healthz)
         app.router.add_get("/readyz", self._readyz)
+        app.router.add_get("/tidegate/ready", self._pod_ready)
         for resource in app.router.resources():  # the sidecar's own paths: wrong methods are 405 here
             path = resource.get_info().get("path")
             if path is not None:
@@ -308,8 +314,14 @@ class Sidecar:
             )  # fmt: skip
         if tenant is None:
             return self._refuse("unknown", priority, Reason.UNAUTHORIZED, "missing or unknown API key")
+        if engine.sizing.pending and self.role == "active" and not self.draining:
+            await self._await_sizing(admission.queue.max_wait_ms / 1000.0)
         if not self.serving:
-            why = "draining" if self.draining else f"in the {self.role!r} role"
+            why = (
+                "draining" if self.draining
+                else f"in the {self.role!r} role" if self.role != "active"
+                else "still reading the model server's capacity (admission.tokenBudget unset)"
+            )  # fmt: skip
             return self._refuse(
                 tenant, priority, Reason.NOT_ACTIVE, f"this replica is {why}; retry another", retry_s=1.0
             )
@@ -476,6 +488,20 @@ class Sidecar:
             if future is not None and not future.done():
                 future.set_result(None)
 
+    def _note_sizing(self) -> None:
+        if self.engine.sizing.pending:
+            self._sized.clear()
+        else:
+            self._sized.set()
+
+    async def _await_sizing(self, bound_s: float) -> None:
+        """Hold a request that arrived before the model server's capacity was read (the pod is not
+        ready then, but a client may call it directly) for up to ``bound_s``: the first read is
+        normally one poll away; past the bound it is refused ``not_active``."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(bound_s):
+                await self._sized.wait()
+
     def _refuse(
         self, tenant: str, priority: str | None, reason: Reason, message: str, *,
         code: str | None = None, param: str | None = None, retry_s: float | None = None,
@@ -496,16 +522,33 @@ class Sidecar:
 
     @property
     def serving(self) -> bool:
-        """Whether new requests are taken: the active role and not draining."""
-        return self.role == "active" and not self.draining
+        """Whether new requests are taken: the active role, not draining, and sized (an unset budget
+        read from the model server, or its fallback: :mod:`tidegate.admission.sizing`)."""
+        return self.role == "active" and not self.draining and not self.engine.sizing.pending
 
     async def _healthz(self, _request: web.Request) -> web.Response:
         return web.json_response({"status": "ok"})
 
+    def _sizing_body(self) -> dict[str, object]:
+        sizing = self.engine.sizing
+        return {
+            "sized": not sizing.pending,
+            "token_budget_source": sizing.budget_source.value,
+            "max_concurrency_source": sizing.concurrency_source.value,
+        }
+
     async def _readyz(self, _request: web.Request) -> web.Response:
         ready = self.serving and self.backend_healthy
         body = {"ready": ready, "role": self.role, "draining": self.draining, "backend_healthy": self.backend_healthy}
+        body |= self._sizing_body()
         return web.json_response(body, status=200 if ready else 503)
+
+    async def _pod_ready(self, _request: web.Request) -> web.Response:
+        """``GET /tidegate/ready``: the pod's readiness whatever its role (a warm pod must be Ready to
+        count as warm): 503 while an unset token budget or concurrency is still being read from the
+        model server, so a pod never joins the pool before it knows what it holds."""
+        body = self._sizing_body()
+        return web.json_response(body, status=200 if body["sized"] else 503)
 
     async def _pass_through(self, request: web.Request) -> web.StreamResponse:
         """Other paths go to the model server unchanged, except ones with dot or empty segments:
@@ -619,7 +662,8 @@ class Sidecar:
             backend_requests_running=engine.backend_running, backend_requests_queued=engine.backend_queue.value,
             backend_queue_held=engine.backend_queue_held, backend_kv_capacity_tokens=capacity.kv_tokens,
             backend_slots=capacity.slots, backend_context_tokens=capacity.context_tokens,
-            config_warnings=self.config_warnings,
+            config_warnings=self.config_warnings, token_budget_source=engine.sizing.budget_source.value,
+            max_concurrency_source=engine.sizing.concurrency_source.value,
         )  # fmt: skip
 
     # ---- background loops ---------------------------------------------------------------------
@@ -630,6 +674,7 @@ class Sidecar:
             await asyncio.sleep(self.settings.tick_s)
             try:
                 self._wake_settled(self.engine.tick())
+                self._note_sizing()
                 self._shed_overdue()
                 if self.clock() >= next_reload:
                     next_reload = self.clock() + self.settings.reload_s
@@ -668,6 +713,7 @@ class Sidecar:
             return
         self.config = new
         self.engine.reconfigure(new.admission, new.model)
+        self._note_sizing()
         self.metrics.configure(
             new.admission.tenancy.metrics_top_tenants,
             [t.name for t in new.admission.tenancy.tenants],
@@ -686,8 +732,9 @@ class Sidecar:
                     if self.gpu is not None:
                         reading = dataclasses.replace(reading, gpu_memory_usage=self.gpu.memory_usage)
                 self.engine.observe_telemetry(reading)
+                self._note_sizing()
                 self._wake_settled()
-                self._check_config_against(reading.capacity)
+                self._check_config_against(reading.capacity or self.engine.backend_capacity)
             except Exception:  # e.g. an NVML error: the reading ages and the stale policy applies
                 log.exception("telemetry poll failed")
             await asyncio.sleep(interval)
@@ -695,11 +742,13 @@ class Sidecar:
     def _check_config_against(self, capacity: BackendCapacity | None) -> None:
         """Log once (WARNING) each way the config promises more than the server reports it holds;
         :attr:`config_warnings` (in ``/tidegate/stats``) lists those in force."""
-        found = (
-            [] if capacity is None else telemetry.config_mismatches(self.engine.model, self.engine.admission, capacity)
-        )
+        engine = self.engine
+        found = [] if capacity is None else telemetry.config_mismatches(engine.model, engine.configured, capacity)
+        fallback = sizing.describe(engine.sizing, engine.model.engine)
+        if fallback is not None:  # logged by the engine when it falls back
+            found.append(fallback)
         for warning in found:
-            if warning not in self.config_warnings:
+            if warning not in self.config_warnings and warning != fallback:
                 log.warning("config does not match the model server: %s", warning)
         self.config_warnings = found
 
@@ -714,6 +763,7 @@ class Sidecar:
             self.backend_healthy = healthy
         if not healthy:  # loading (llama.cpp: 503) or down: its metrics would only repeat that
             return Telemetry()
+        self.engine.note_backend_healthy()  # the bounded wait for an unset budget's capacity starts
         return await self.poller.read(served_any=self.engine.counters.completed_total > 0)
 
 

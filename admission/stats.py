@@ -14,13 +14,22 @@ Shape (JSON, snake_case)::
      "rejected_total": {"queue_full": 31, "tenant_rate": 12},
      "tenants": {"acme": {"admitted": 500, "admitted_tokens": 600000, "demoted": 40,
                           "capacity_rejected": 31, "policy_rejected": 0}},
-     "in_flight_requests": 22, "in_flight_tokens": 40123, "token_budget": 65536,
-     "max_concurrency": 64, "queue_depth": 3, "breaker_state": "closed",
+     "in_flight_requests": 22, "in_flight_tokens": 40123, "token_budget": 262144,
+     "max_concurrency": 256, "token_budget_source": "engine", "max_concurrency_source": "engine",
+     "queue_depth": 3, "breaker_state": "closed",
      "kv_cache_usage": 0.71, "telemetry_age_s": 0.4, "shed_total": 2,
      "telemetry_ok": true, "telemetry_error": null,
      "backend_requests_running": 20, "backend_requests_queued": 0, "backend_queue_held": false,
      "backend_kv_capacity_tokens": 262144, "backend_slots": null, "backend_context_tokens": null,
      "config_warnings": []}
+
+``token_budget`` and ``max_concurrency`` are the numbers this replica runs on now: the budget in
+force (the adaptive budget's current value; its base is ``admission.tokenBudget`` or, unset, the
+model server's KV capacity) and the concurrency cap, so the scaler sizes against what replicas
+really hold. ``token_budget_source`` / ``max_concurrency_source`` say where each base came from:
+``configured``, ``engine``, ``pending`` (not read yet: the replica refuses with ``not_active``) or
+``fallback`` (the server reported none in time; also a ``config_warnings`` entry). Absent (an older
+sidecar): unknown.
 
 Backend telemetry, as this sidecar last read it from the model server: ``telemetry_ok`` is false
 while a signal it reads for this engine cannot be read (``telemetry_error`` says which and why:
@@ -119,6 +128,8 @@ class StatsSnapshot(BaseModel):
     backend_slots: int | None = Field(default=None, ge=0, le=MAX_COUNT)
     backend_context_tokens: int | None = Field(default=None, ge=0, le=MAX_COUNT)
     config_warnings: list[str] = Field(default_factory=list, max_length=16)
+    token_budget_source: str | None = Field(default=None, max_length=32)
+    max_concurrency_source: str | None = Field(default=None, max_length=32)
 
     @property
     def capacity_rejected_total(self) -> int:

@@ -24,8 +24,11 @@ Capacity (:class:`~tidegate.admission.engine.BackendCapacity`, read at start and
   the server runs with ``--no-slots``), else ``GET /props`` (``total_slots``,
   ``default_generation_settings.n_ctx``). No KV total: with ``--kv-unified`` the slots share one
   cache, so slots x ``n_ctx`` would overstate it;
-- TGI: ``GET /info``: ``max_total_tokens`` (one sequence) and ``max_batch_total_tokens`` (the batch's
+- TGI: ``GET /info``: ``max_total_tokens`` (one sequence), ``max_concurrent_requests`` (requests it
+  accepts at once, refusing more with 429; default 128) and ``max_batch_total_tokens`` (the batch's
   KV tokens; TGI 2.0 and older report it, later releases only log it).
+
+What an unset ``tokenBudget`` / ``maxConcurrency`` makes of these: :mod:`tidegate.admission.sizing`.
 
 Sources: vLLM ``vllm/v1/metrics/loggers.py`` (``PrometheusStatLogger``; ``kv_cache_usage_perc``
 since v0.9, where ``gpu_cache_usage_perc`` was deprecated, and ``log_metrics_info`` for
@@ -248,14 +251,18 @@ def parse_llamacpp_props(doc: Any) -> BackendCapacity:
 
 
 def parse_tgi_info(doc: Any) -> BackendCapacity:
-    """TGI ``GET /info``: ``max_total_tokens`` (one sequence) and, where reported,
-    ``max_batch_total_tokens`` (KV tokens). Raises :class:`TelemetryError` (``unparsable``) without
+    """TGI ``GET /info``: ``max_total_tokens`` (one sequence), ``max_concurrent_requests`` (more are
+    refused with 429) and, where reported, ``max_batch_total_tokens`` (KV tokens). Raises :class:`TelemetryError` (``unparsable``) without
     ``max_total_tokens``."""
     total = doc.get("max_total_tokens") if isinstance(doc, dict) else None
     if not _positive_int(total):
         raise TelemetryError(ErrorKind.UNPARSABLE, "GET /info: no max_total_tokens", "capacity")
-    batch = doc.get("max_batch_total_tokens")
-    return BackendCapacity(kv_tokens=batch if _positive_int(batch) else None, context_tokens=total)
+    batch, requests = doc.get("max_batch_total_tokens"), doc.get("max_concurrent_requests")
+    return BackendCapacity(
+        kv_tokens=batch if _positive_int(batch) else None,
+        context_tokens=total,
+        max_requests=requests if _positive_int(requests) else None,
+    )
 
 
 def config_mismatches(model: ModelSpec, admission: AdmissionSpec, capacity: BackendCapacity) -> list[str]:
@@ -266,6 +273,7 @@ def config_mismatches(model: ModelSpec, admission: AdmissionSpec, capacity: Back
     ``admission.maxConcurrency`` above llama.cpp's slots: the surplus waits in the server's FIFO
     (the backend-queue hold then holds new work). ``admission.tokenBudget`` above the server's KV
     tokens (vLLM, TGI; llama.cpp: slots x context per slot): admission is not what bounds the load.
+    Only numbers the pool sets are compared (unset ones are read from the server: nothing to mismatch).
     Each entry is one sentence naming the field to change. Pure.
     """
     found = []
@@ -274,7 +282,11 @@ def config_mismatches(model: ModelSpec, admission: AdmissionSpec, capacity: Back
             f"model.maxContextTokens {model.max_context_tokens} is more than the {capacity.context_tokens} tokens "
             "the model server holds per sequence: requests admitted here may be refused there"
         )
-    if capacity.slots is not None and admission.max_concurrency > capacity.slots:
+    if (
+        admission.max_concurrency is not None
+        and capacity.slots is not None
+        and admission.max_concurrency > capacity.slots
+    ):
         found.append(
             f"admission.maxConcurrency {admission.max_concurrency} is more than the model server's "
             f"{capacity.slots} slots: the surplus would wait in the server's own queue"
@@ -282,7 +294,7 @@ def config_mismatches(model: ModelSpec, admission: AdmissionSpec, capacity: Back
     kv_tokens = capacity.kv_tokens
     if kv_tokens is None and capacity.slots is not None and capacity.context_tokens is not None:
         kv_tokens = capacity.slots * capacity.context_tokens
-    if kv_tokens is not None and admission.token_budget > kv_tokens:
+    if kv_tokens is not None and admission.token_budget is not None and admission.token_budget > kv_tokens:
         found.append(
             f"admission.tokenBudget {admission.token_budget} is more than the {kv_tokens} KV-cache tokens "
             "the model server reports: admission does not bound its load"

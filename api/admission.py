@@ -12,6 +12,14 @@ from pydantic import Field, model_validator
 
 from tidegate.api.base import LIST_MAP_BY_NAME, ApiModel, Fraction, Name, cel, validations
 
+FALLBACK_TOKEN_BUDGET = 65_536
+"""Per-replica token budget when ``tokenBudget`` is unset and the model server reports no capacity."""
+FALLBACK_MAX_CONCURRENCY = 64
+"""Per-replica concurrency when ``maxConcurrency`` is unset and the model server reports no capacity."""
+VLLM_DEFAULT_MAX_NUM_SEQS = 256
+"""vLLM's default ``--max-num-seqs`` for the OpenAI server (``EngineArgs``, vllm/engine/arg_utils.py; V1
+raises it to 1024 on GPUs of 70 GiB and more other than A100): vLLM does not publish its own value."""
+
 
 class StalePolicy(StrEnum):
     """What the system gate does when backend telemetry is older than ``staleAfterSeconds``.
@@ -170,15 +178,19 @@ class CircuitBreakerSpec(ApiModel):
 
 
 class AdaptiveBudgetSpec(ApiModel):
-    """Optional adaptive token budget: moves with measured backend TTFT against the class SLOs.
+    """The adaptive token budget: moves with measured backend TTFT against the class SLOs (on by default).
 
-    Every ``windowSeconds`` the sidecar takes the p95 of (backend TTFT / the request's class TTFT
-    SLO) over the window. Above 1 (SLO missed): budget x (1 - ``step``). Below ``growBelow`` while the
-    budget was at least 80% used: budget x (1 + ``step``). Always within ``minRatio`` .. ``maxRatio``
-    x ``tokenBudget``; fewer than 20 samples in a window: no change.
+    Its base is the budget the replica would otherwise use: ``tokenBudget`` when set, else the model
+    server's own capacity (see ``AdmissionSpec.tokenBudget``). Every ``windowSeconds`` the sidecar
+    takes the p95 of (backend TTFT / the request's class TTFT SLO) over the window. Above 1 (SLO
+    missed): budget x (1 - ``step``). Below ``growBelow`` while the budget was at least 80% used:
+    budget x (1 + ``step``). Between the two (a dead band): no change. Always within ``minRatio`` ..
+    ``maxRatio`` x the base; fewer than 20 samples in a window: no change. Backend TTFT is measured
+    from forwarding, so time queued in the sidecar never shrinks the budget: a burst held back by
+    admission does not collapse it.
     """
 
-    enabled: bool = Field(default=False, description="Whether the budget adapts (off: `tokenBudget` is fixed).")
+    enabled: bool = Field(default=True, description="Whether the budget adapts (off: the base budget is fixed).")
     window_seconds: float = Field(
         default=60.0, ge=30.0, le=3600.0, description="Smoothing window and the least time between two moves."
     )
@@ -186,9 +198,17 @@ class AdaptiveBudgetSpec(ApiModel):
     grow_below: Fraction = Field(
         default=0.5, description="Grow while the TTFT p95 is under this fraction of the SLO (0..1)."
     )
-    min_ratio: float = Field(default=0.5, gt=0.0, le=1.0, description="Lowest budget, as a fraction of `tokenBudget`.")
+    min_ratio: float = Field(
+        default=0.5,
+        gt=0.0,
+        le=1.0,
+        description="Lowest budget, as a fraction of the base (`tokenBudget` or the engine's).",
+    )
     max_ratio: float = Field(
-        default=2.0, ge=1.0, le=10.0, description="Highest budget, as a multiple of `tokenBudget`."
+        default=2.0,
+        ge=1.0,
+        le=10.0,
+        description="Highest budget, as a multiple of the base (`tokenBudget` or the engine's).",
     )
 
 
@@ -362,15 +382,29 @@ class TenancySpec(ApiModel):
 class AdmissionSpec(ApiModel):
     """Per-replica admission control: token budget, queue, gates, breaker, classes, tenants."""
 
-    token_budget: int = Field(
-        default=65_536,
+    token_budget: int | None = Field(
+        default=None,
         ge=1,
         le=100_000_000,
-        description="Tokens (prompt + reserved output, over-reserved by `safetyFactor`) a replica "
-        "may have in flight. Size it to the KV cache: vLLM logs `# GPU blocks` x block size.",
+        description="Tokens (prompt + reserved output, over-reserved by `safetyFactor`) a replica may have in "
+        "flight. Unset (the default): read from the model server, as the KV-cache tokens it reports: vLLM "
+        "`vllm:cache_config_info` num_gpu_blocks x block_size, llama.cpp slots x n_ctx per slot (`/slots`, else "
+        "`/props`), TGI `max_batch_total_tokens` (`/info`, TGI 2.0 and older). Until it is read the sidecar is "
+        "not ready and refuses with 503 `not_active`; if the model server answers healthy but reports no "
+        "capacity within 30 s (engine `openai` at once) the replica runs on "
+        f"{FALLBACK_TOKEN_BUDGET} tokens (at least `model.maxContextTokens`) and says so: a WARNING, "
+        "`token_budget_source: fallback` and a `config_warnings` entry in its stats, "
+        "`tidegate_admission_budget_fallback` 1. A number overrides the engine.",
     )
-    max_concurrency: int = Field(
-        default=64, ge=1, le=100_000, description="Requests a replica may have in flight (vLLM `--max-num-seqs`)."
+    max_concurrency: int | None = Field(
+        default=None,
+        ge=1,
+        le=100_000,
+        description="Requests a replica may have in flight. Unset (the default): the model server's own limit: "
+        "llama.cpp slots (`--parallel`), TGI `max_concurrent_requests` (`/info`); vLLM does not report "
+        f"`--max-num-seqs`, so its default {VLLM_DEFAULT_MAX_NUM_SEQS} is used (set this when you pass "
+        f"`--max-num-seqs`); {FALLBACK_MAX_CONCURRENCY} when the model server reports no capacity "
+        "(see `tokenBudget`). A number overrides the engine.",
     )
     safety_factor: float = Field(
         default=1.1,
@@ -432,7 +466,7 @@ class AdmissionSpec(ApiModel):
     )
     adaptive_budget: AdaptiveBudgetSpec = Field(
         default_factory=AdaptiveBudgetSpec,
-        description="Optional: move the token budget with measured TTFT against the SLO (off by default).",
+        description="Move the token budget with measured backend TTFT against the class SLOs (on by default).",
     )
     priority_header: str = Field(
         default="x-priority", min_length=1, max_length=128, description="Header naming the request's priority class."

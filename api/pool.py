@@ -43,7 +43,8 @@ class InferencePoolSpec(ApiModel):
     def _cross(self) -> "InferencePoolSpec":
         if self.warm_pool.size > self.scaling.max_replicas:
             raise ValueError("warmPool.size must be <= scaling.maxReplicas")
-        if self.admission.token_budget < self.model.max_context_tokens:
+        budget = self.admission.token_budget
+        if budget is not None and budget < self.model.max_context_tokens:
             raise ValueError(
                 "admission.tokenBudget must be >= model.maxContextTokens (one full-context request must fit)"
             )
@@ -57,7 +58,7 @@ class InferencePoolSpec(ApiModel):
                 ".warmPool.size",
             ),
             cel(
-                "self.admission.tokenBudget >= self.model.maxContextTokens",
+                "!has(self.admission.tokenBudget) || self.admission.tokenBudget >= self.model.maxContextTokens",
                 "admission.tokenBudget must be >= model.maxContextTokens (one full-context request must fit)",
                 ".admission.tokenBudget",
             ),

@@ -26,6 +26,22 @@ def test_minimal_example_is_valid_and_gets_documented_defaults() -> None:
     assert [c.name for c in spec.admission.priority_classes] == ["interactive", "batch"]
 
 
+def test_budget_and_concurrency_default_to_the_engine_and_adapt() -> None:
+    spec = InferencePoolSpec.model_validate(
+        {"model": {"name": "m", "maxContextTokens": 100_000}, "server": {"image": "i"}}
+    )
+    # unset: read from the model server, so no fixed default can contradict a long context
+    assert (spec.admission.token_budget, spec.admission.max_concurrency) == (None, None)
+    assert spec.admission.adaptive_budget.enabled
+    dumped = spec.model_dump(mode="json", exclude_none=True)
+    assert "tokenBudget" not in dumped["admission"] and "maxConcurrency" not in dumped["admission"]
+    with pytest.raises(pydantic.ValidationError, match="tokenBudget"):
+        InferencePoolSpec.model_validate(
+            {"model": {"name": "m", "maxContextTokens": 100_000}, "server": {"image": "i"},
+             "admission": {"tokenBudget": 65_536}}
+        )  # fmt: skip
+
+
 def test_round_trip_uses_kubernetes_camel_case_names() -> None:
     spec = InferencePoolSpec.model_validate(valid_pool()["spec"])
     dumped = spec.model_dump(mode="json", exclude_none=True)

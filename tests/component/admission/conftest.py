@@ -11,10 +11,15 @@ from tidegate.admission.sidecar import Sidecar
 
 from .helpers import MODEL
 
+PINNED = {"tokenBudget": 65_536, "maxConcurrency": 64}
+"""The numbers these tests reason about (fake upstreams report no capacity); a test of sizing from
+the engine passes ``admission={"tokenBudget": None, "maxConcurrency": None}``."""
+
 
 @pytest.fixture
 async def start_sidecar() -> AsyncIterator[Callable[..., Awaitable[Sidecar]]]:
-    """``await start_sidecar(upstream_url, admission={...}, tuning=EngineTuning(...), **settings)``."""
+    """``await start_sidecar(upstream_url, admission={...}, tuning=EngineTuning(...), **settings)``
+    (admission over :data:`PINNED`)."""
     sidecars: list[Sidecar] = []
 
     async def _start(
@@ -31,7 +36,7 @@ async def start_sidecar() -> AsyncIterator[Callable[..., Awaitable[Sidecar]]]:
         else:
             config = SidecarConfig.model_validate(
                 {"pool": "test", "model": {"name": MODEL, "maxContextTokens": 32768, **(model or {})},
-                 "admission": {"telemetry": {"pollIntervalMs": 50}, **(admission or {})}}
+                 "admission": {**PINNED, "telemetry": {"pollIntervalMs": 50}, **(admission or {})}}
             )  # fmt: skip
             settings["config_path"] = "unused.yaml"
         sidecar = Sidecar(
