@@ -22,6 +22,8 @@ class Integration(StrEnum):
     CRD_MISSING = "CRDMissing"
     SCALER_UNREACHABLE = "ScalerUnreachable"
     FAILED = "Failed"
+    NOT_RECONCILED = "NotReconciled"  # written, but its controller has not acted on it
+    NOT_READY = "NotReady"  # its controller reports it not Ready
 
 
 @dataclass(frozen=True)
@@ -39,6 +41,37 @@ class Observed:
     node_pool_message: str
     scaler_reachable: bool | None  # None: not checked (KEDA disabled or absent)
     degraded_reasons: tuple[str, ...] = ()
+    scaler_address: str = ""
+    fallback_replicas: int | None = None  # spec.scaling.fallbackReplicas
+    keda_says: str | None = None  # KEDA's reason and message when it reports the ScaledObject not Ready
+
+
+def scaler_unreachable(observed: Observed) -> tuple[str, str]:
+    """(reason, message) of ``ScalerReachable=False``: what KEDA will and will not do meanwhile.
+
+    With the scaler process down, KEDA's metrics adapter fails on ``GetMetricSpec`` before it
+    counts a ``GetMetrics`` failure, so the failure count stays 0, ``fallback`` never starts and
+    the HPA, with no metric, keeps the current replica count (KEDA issue #8056, reproduced on
+    KEDA v2.21.0 with the real HPA controller).
+    """
+    where = f"the tidegate scaler at {observed.scaler_address or '?'} does not answer its gRPC health check"
+    if observed.keda is Integration.SCALER_UNREACHABLE:
+        return "HealthCheckFailed", f"{where}: no ScaledObject is created until it does, so nothing scales this pool"
+    n = observed.desired_active
+    message = (
+        f"{where}: KEDA cannot read the pool's metric, so it holds the pool at its current {n} replica(s) "
+        "(no scale-up under load, no scale-down when idle) until the scaler answers"
+    )
+    if observed.fallback_replicas is not None:
+        message += (
+            f"; KEDA will not move to scaling.fallbackReplicas ({observed.fallback_replicas}): with the scaler "
+            "down its GetMetricSpec call fails before any failure is counted (KEDA issue #8056)"
+        )
+    else:
+        message += "; KEDA's fallback would not start either (KEDA issue #8056): run 2+ scaler replicas"
+    if observed.keda_says:
+        message += f". KEDA reports: {observed.keda_says}"
+    return "KedaHoldsReplicas", message
 
 
 def _condition(
@@ -113,18 +146,16 @@ def status(
         ),
     ]
     if observed.scaler_reachable is not None:
-        conditions.append(
-            _condition(
-                ConditionType.SCALER_REACHABLE,
-                observed.scaler_reachable,
-                "HealthCheckServing" if observed.scaler_reachable else "HealthCheckFailed",
-                "the tidegate scaler answers gRPC health checks"
-                if observed.scaler_reachable
-                else "the tidegate scaler did not answer its gRPC health check",
-                gen,
-                old,
-                now_s,
+        reason, message = (
+            (
+                "HealthCheckServing",
+                f"the tidegate scaler at {observed.scaler_address or '?'} answers gRPC health checks",
             )
+            if observed.scaler_reachable
+            else scaler_unreachable(observed)
+        )
+        conditions.append(
+            _condition(ConditionType.SCALER_REACHABLE, observed.scaler_reachable, reason, message, gen, old, now_s)
         )
     return {
         "observedGeneration": gen,

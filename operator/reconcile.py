@@ -21,7 +21,7 @@ import kubernetes
 from tidegate.admission.stats import STATS_PATH, StatsSnapshot
 from tidegate.api import API_VERSION, KIND, constants
 from tidegate.api.pool import InferencePool
-from tidegate.operator import builders, conditions, names, signal, warm_pool
+from tidegate.operator import builders, conditions, karpenter, names, signal, warm_pool
 from tidegate.operator.conditions import Integration
 from tidegate.operator.kube import Kube
 from tidegate.operator.settings import OperatorSettings
@@ -175,16 +175,26 @@ def _gpu_pending(pods: list[kubernetes.client.V1Pod], now_s: float, threshold_s:
     return found
 
 
+def _keda_not_ready(scaled_object: dict[str, Any]) -> str | None:
+    """KEDA's own words when it reports the ScaledObject not Ready (e.g. ``TriggerError`` while the
+    scaler is down and no fallback is set: KEDA v2.21.0 ``pkg/scaling/executor/scale_scaledobjects.go``)."""
+    for cond in (scaled_object.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == "Ready" and cond.get("status") == "False":
+            return f"{cond.get('reason') or 'NotReady'}: {cond.get('message') or 'no message'}"
+    return None
+
+
 def _keda(kube: Kube, settings: OperatorSettings, pool: InferencePool, owner: dict[str, Any], probe: ScalerProbe):
     name, ns = pool.metadata.name, pool.metadata.namespace
     if not pool.spec.scaling.keda:
         if kube.has_api("keda.sh/v1alpha1", "ScaledObject"):
             kube.delete("keda.sh/v1alpha1", "ScaledObject", name, ns)
-        return Integration.DISABLED, "scaling.keda is false: scale with kubectl scale", None
+        return Integration.DISABLED, "scaling.keda is false: scale with kubectl scale", None, None
     if not kube.has_api("keda.sh/v1alpha1", "ScaledObject"):
         return (
             Integration.CRD_MISSING,
             "KEDA is not installed (no keda.sh/v1alpha1 ScaledObject): install KEDA 2.17+",
+            None,
             None,
         )
     reachable = probe(settings.scaler_address) if settings.require_scaler else None
@@ -194,8 +204,10 @@ def _keda(kube: Kube, settings: OperatorSettings, pool: InferencePool, owner: di
             Integration.SCALER_UNREACHABLE,
             f"not creating the ScaledObject: the tidegate scaler at {settings.scaler_address} does not answer",
             reachable,
+            None,
         )
-    kube.apply(adopt(builders.scaled_object(pool, settings), owner))
+    live = kube.apply(adopt(builders.scaled_object(pool, settings), owner))
+    keda_says = _keda_not_ready(live)
     message = f"ScaledObject {name} targets this pool through /scale (scaler {settings.scaler_address})"
     hpa = kube.get("autoscaling/v2", "HorizontalPodAutoscaler", f"keda-hpa-{name}", ns)
     if hpa is not None:
@@ -206,11 +218,36 @@ def _keda(kube: Kube, settings: OperatorSettings, pool: InferencePool, owner: di
                 Integration.FAILED,
                 f"HPA keda-hpa-{name} did not use the external metric: deleted for KEDA to rebuild",
                 reachable,
+                keda_says,
             )
-    return Integration.APPLIED, message, reachable
+    return Integration.APPLIED, message, reachable, keda_says
 
 
-def _node_pool(kube: Kube, pool: InferencePool):
+def _pod_gpus(pod: kubernetes.client.V1Pod) -> int:
+    total = 0
+    for container in pod.spec.containers or []:
+        res = container.resources
+        quantity = ((res.limits or {}) if res else {}).get(karpenter.GPU_RESOURCE) or (
+            ((res.requests or {}) if res else {}).get(karpenter.GPU_RESOURCE)
+        )
+        total += karpenter.gpu_count(quantity) or 0
+    return total
+
+
+def _unschedulable_for(pod: kubernetes.client.V1Pod, now_s: float) -> float | None:
+    """Seconds ``pod`` has been unschedulable (Pending, no node, PodScheduled=False); None otherwise."""
+    if pod.status.phase != "Pending" or pod.spec.node_name or pod.metadata.deletion_timestamp:
+        return None
+    for cond in pod.status.conditions or []:
+        if cond.type == "PodScheduled" and cond.status == "False":
+            return now_s - (cond.last_transition_time.timestamp() if cond.last_transition_time else now_s)
+    return None
+
+
+def _node_pool(
+    kube: Kube, pool: InferencePool, pods: list[kubernetes.client.V1Pod], now_s: float, pending_threshold_s: float
+) -> tuple[Integration, str, str | None]:
+    """The NodePool applied and Karpenter's view of it: (state, message, why pods wait on its limit)."""
     np_name = names.node_pool_name(pool)
     has_api = kube.has_api("karpenter.sh/v1", "NodePool")
     if not pool.spec.node_pool.enabled:
@@ -218,11 +255,26 @@ def _node_pool(kube: Kube, pool: InferencePool):
             existing = kube.get("karpenter.sh/v1", "NodePool", np_name)
             if existing and existing["metadata"].get("labels", {}).get(constants.LABEL_POOL) == pool.metadata.name:
                 kube.delete("karpenter.sh/v1", "NodePool", np_name)
-        return Integration.DISABLED, "nodePool.enabled is false: pods use existing GPU nodes"
+        return Integration.DISABLED, "nodePool.enabled is false: pods use existing GPU nodes", None
     if not has_api:
-        return Integration.CRD_MISSING, "Karpenter is not installed (no karpenter.sh/v1 NodePool): install Karpenter v1"
-    kube.apply(builders.node_pool(pool))
-    return Integration.APPLIED, f"NodePool {np_name} applied"
+        return (
+            Integration.CRD_MISSING,
+            "Karpenter is not installed (no karpenter.sh/v1 NodePool): install Karpenter v1",
+            None,
+        )
+    live = kube.apply(builders.node_pool(pool))
+    verdict = karpenter.readiness(live)
+    state = {"Ready": Integration.APPLIED, "NotReconciled": Integration.NOT_RECONCILED}.get(
+        verdict.reason, Integration.NOT_READY
+    )
+    live_pods = [p for p in pods if not p.metadata.deletion_timestamp]
+    pending = [
+        _pod_gpus(p)
+        for p in live_pods
+        if (age := _unschedulable_for(p, now_s)) is not None and age >= pending_threshold_s
+    ]
+    placed = sum(_pod_gpus(p) for p in live_pods if p.spec.node_name)
+    return state, verdict.message, karpenter.limit_reached(live, pending, placed)
 
 
 def reconcile(
@@ -266,9 +318,10 @@ def reconcile(
         kube.apply(adopt(manifest, owner))
     kube.apply(adopt(builders.deployment(pool, settings, plan.deployment_replicas), owner))
 
-    keda_state, keda_message, reachable = _keda(kube, settings, pool, owner, probe)
-    np_state, np_message = _node_pool(kube, pool)
-    degraded = _gpu_pending(pods, now_s, settings.gpu_pending_seconds)
+    keda_state, keda_message, reachable, keda_says = _keda(kube, settings, pool, owner, probe)
+    np_state, np_message, at_limit = _node_pool(kube, pool, pods, now_s, settings.gpu_pending_seconds)
+    # Pods held by the NodePool's limit are Pending for that reason, not for a missing device plugin.
+    degraded = [at_limit] if at_limit else _gpu_pending(pods, now_s, settings.gpu_pending_seconds)
     if desired_active < pool.spec.replicas:
         degraded.append(
             f"spec.replicas {pool.spec.replicas} is above scaling.maxReplicas {pool.spec.scaling.max_replicas}: "
@@ -288,6 +341,9 @@ def reconcile(
         node_pool=np_state,
         node_pool_message=np_message,
         scaler_reachable=reachable,
+        scaler_address=settings.scaler_address,
+        fallback_replicas=pool.spec.scaling.fallback_replicas,
+        keda_says=keda_says,
         degraded_reasons=tuple(degraded),
     )
     old_status = obj.get("status") or {}

@@ -22,6 +22,11 @@ GPU = "nvidia.com/gpu"
 ONE_PER_NODE = {"labelSelector": {"matchLabels": {"app": "gpu"}}, "topologyKey": "kubernetes.io/hostname"}
 
 
+def _condition(custom, namespace: str, pool: str, ctype: str) -> dict | None:
+    body = custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, pool)
+    return next((c for c in body.get("status", {}).get("conditions", []) if c["type"] == ctype), None)
+
+
 def _pending_and_placed(core, namespace: str, pool: str) -> tuple[list, list]:
     pods = core.list_namespaced_pod(namespace, label_selector=f"{constants.LABEL_POOL}={pool}").items
     pods = [p for p in pods if p.metadata.deletion_timestamp is None]
@@ -80,6 +85,18 @@ def test_karpenter_launches_a_gpu_node_for_the_pool_and_holds_the_gpu_limit(api_
             time.sleep(1)
         pending, placed = _pending_and_placed(core, namespace, "g")
         assert len(pending) == 1 and len(placed) == 1
+
+        # The pool says why, with the numbers (Karpenter's own message on the pod names no limit).
+        degraded = wait_for(
+            lambda: (c := _condition(custom, namespace, "g", "Degraded")) and c["status"] == "True" and c,
+            timeout_s=60,
+            interval_s=1,
+            what="Degraded=True on the pool",
+        )
+        assert (
+            f"NodePool {np_name} allows 1 GPU(s) and 1 are in use, so Karpenter launches no node for a pod "
+            "that needs 1 more" in degraded["message"]
+        ), degraded
     finally:
         custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "g")
     # The operator's finalizer deletes the NodePool; Karpenter then removes its nodes.
@@ -156,3 +173,50 @@ def test_empty_gpu_nodes_are_consolidated_one_at_a_time_under_the_default_budget
     finally:
         custom.delete_cluster_custom_object("karpenter.sh", "v1", "nodepools", np_name)
         wait_for(lambda: not claims(), timeout_s=90, interval_s=1, what="the NodePool's nodes gone")
+
+
+def test_node_pool_ready_tells_what_karpenter_made_of_the_node_pool(api_client, namespace: str) -> None:
+    # Three pools, each with its NodePool: a node class Karpenter serves, one it does not serve
+    # (this Karpenter runs the kwok provider, not AWS), and a KWOKNodeClass that does not exist.
+    custom = kubernetes.client.CustomObjectsApi(api_client)
+    refs = {
+        "served": NODE_CLASS,
+        "foreign": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
+        "missing": {**NODE_CLASS, "name": "no-such-class"},
+    }
+    for name, ref in refs.items():
+        body = valid_pool(name)
+        body["spec"].update(
+            server={"image": "x", "gpus": 1},
+            warmPool={"size": 0},
+            nodePool={"enabled": True, "nodeClassRef": ref},
+        )
+        custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body)
+
+    def node_pool_ready(name: str, status: str) -> dict | None:
+        cond = _condition(custom, namespace, name, "NodePoolReady")
+        return cond if cond and cond["status"] == status else None
+
+    try:
+        ready = wait_for(lambda: node_pool_ready("served", "True"), timeout_s=60, interval_s=1, what="served Ready")
+        assert f"NodePool tidegate-{namespace}-served is Ready in Karpenter" in ready["message"]
+
+        missing = wait_for(lambda: node_pool_ready("missing", "False"), timeout_s=60, interval_s=1, what="missing")
+        assert missing["reason"] == "NotReady"
+        assert "NodeClassReady=False (NodeClassNotFound: NodeClass not found on cluster)" in missing["message"]
+
+        foreign = wait_for(lambda: node_pool_ready("foreign", "False"), timeout_s=60, interval_s=1, what="foreign")
+        assert foreign["reason"] == "NotReconciled"
+        assert f"Karpenter has not reconciled NodePool tidegate-{namespace}-foreign" in foreign["message"]
+        assert "EC2NodeClass default (karpenter.k8s.aws)" in foreign["message"]
+        # Karpenter, which marked the other two within seconds, indeed leaves this one alone.
+        np = custom.get_cluster_custom_object("karpenter.sh", "v1", "nodepools", f"tidegate-{namespace}-foreign")
+        assert not np.get("status", {}).get("conditions")
+    finally:
+        for name in refs:
+            custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
+        wait_for(
+            lambda: not custom.list_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL)["items"],
+            timeout_s=60,
+            what="the pools deleted (their NodePools with them)",
+        )

@@ -1,0 +1,115 @@
+"""What Karpenter says about a pool's NodePool, in the pool's words (pure: dicts in, text out).
+
+Karpenter v1 writes two things on a NodePool that the pool's conditions repeat
+(sigs.k8s.io/karpenter v1.14.1):
+
+- ``status.conditions``: ``Ready``, which follows ``ValidationSucceeded`` and ``NodeClassReady``
+  (``pkg/apis/v1/nodepool_status.go``). A NodePool whose ``nodeClassRef`` the running cloud
+  provider does not serve is skipped by every NodePool controller (``pkg/controllers/nodepool/
+  readiness``: "Ignore NodePools which aren't using a supported NodeClass"): it never gets a
+  condition, and no node is ever launched for it. A missing node class gives
+  ``NodeClassReady=False`` (``NodeClassNotFound``).
+- ``status.resources``: the capacity of its nodes, launched or still launching
+  (``pkg/controllers/nodepool/counter``). Before launching a node Karpenter checks it against
+  ``spec.limits``; a pod that would cross the limit stays Pending, and what reaches the pod is a
+  generic "no instance type has enough resources" or "all available instance types exceed limits
+  for nodepool" (``pkg/controllers/provisioning/scheduling``), without the numbers.
+"""
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+GPU_RESOURCE = "nvidia.com/gpu"
+
+
+@dataclass(frozen=True)
+class Readiness:
+    """The NodePool as Karpenter reports it: ``ok`` (Ready=True), a CamelCase reason, a message."""
+
+    ok: bool
+    reason: str
+    message: str
+
+
+def _conditions(node_pool: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
+    found = (node_pool.get("status") or {}).get("conditions") or []
+    return {c["type"]: c for c in found if isinstance(c, Mapping) and "type" in c}
+
+
+def readiness(node_pool: Mapping[str, Any]) -> Readiness:
+    """Karpenter's verdict on ``node_pool`` (the live object, with its ``status``).
+
+    No conditions: Karpenter has not reconciled it (not running, or its cloud provider does not
+    serve the ``nodeClassRef``). ``Ready`` not True: each condition that is False (or Unknown when
+    none is False), with Karpenter's own reason and message.
+    """
+    name = node_pool.get("metadata", {}).get("name", "")
+    ref = ((node_pool.get("spec") or {}).get("template") or {}).get("spec", {}).get("nodeClassRef") or {}
+    ref_text = f"{ref.get('kind', '?')} {ref.get('name', '?')} ({ref.get('group', '?')})"
+    conditions = _conditions(node_pool)
+    if not conditions:
+        return Readiness(
+            False,
+            "NotReconciled",
+            f"Karpenter has not reconciled NodePool {name} (it has no status conditions): either Karpenter is "
+            f"not running, or its cloud provider does not serve the node class {ref_text}, and then it "
+            "launches no node for this pool",
+        )
+    ready = conditions.get("Ready")
+    nodes = (node_pool.get("status") or {}).get("nodes")
+    if ready is not None and ready.get("status") == "True":
+        return Readiness(True, "Ready", f"NodePool {name} is Ready in Karpenter ({nodes or 0} node(s))")
+    others = [c for t, c in conditions.items() if t != "Ready"]
+    failing = [c for c in others if c.get("status") == "False"] or [c for c in others if c.get("status") != "True"]
+    if ready is not None and not failing:
+        failing = [ready]
+    details = "; ".join(
+        f"{c['type']}={c.get('status', 'Unknown')} ({c.get('reason') or 'no reason'}: {c.get('message') or 'no message'})"
+        for c in failing
+    )
+    return Readiness(
+        False, "NotReady", f"Karpenter reports NodePool {name} not Ready: {details or 'no Ready condition'}"
+    )
+
+
+def gpu_count(value: Any) -> int | None:
+    """A GPU quantity (``2``, ``"2"``) as an int; None for anything else (GPUs are whole devices)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value)
+    return None
+
+
+def limit_reached(node_pool: Mapping[str, Any], pending_gpus: Iterable[int], placed_gpus: int) -> str | None:
+    """Why pods wait, when the NodePool's ``nvidia.com/gpu`` limit is what holds them; else None.
+
+    ``pending_gpus``: the GPUs each long-Pending pod of the pool needs; ``placed_gpus``: the GPUs
+    of the pool's pods already on nodes. The NodePool's nodes (``status.resources``, launching
+    ones included) that are not taken by placed pods are on their way to pending ones; the pods
+    left over need a new node, and when the limit leaves less room than one pod needs,
+    Karpenter launches none.
+    """
+    limit = gpu_count(((node_pool.get("spec") or {}).get("limits") or {}).get(GPU_RESOURCE))
+    in_use = gpu_count(((node_pool.get("status") or {}).get("resources") or {}).get(GPU_RESOURCE, "0"))
+    needs = sorted((n for n in pending_gpus if n > 0), reverse=True)
+    if limit is None or in_use is None or not needs:
+        return None
+    spare = max(in_use - placed_gpus, 0)  # capacity launched or launching for pending pods
+    waiting = []
+    for need in needs:
+        if spare >= need:
+            spare -= need
+        else:
+            waiting.append(need)
+    if not waiting or limit - in_use >= min(waiting):
+        return None
+    name = node_pool.get("metadata", {}).get("name", "")
+    return (
+        f"{len(waiting)} pod(s) Pending at the NodePool's {GPU_RESOURCE} limit: NodePool {name} allows "
+        f"{limit} GPU(s) and {in_use} are in use, so Karpenter launches no node for a pod that needs "
+        f"{min(waiting)} more (raise spec.nodePool.limits, or lower scaling.maxReplicas or warmPool.size)"
+    )
