@@ -5,6 +5,16 @@ checks types and ranges; these are the rules that span fields.
 {{- define "tidegate.validate" -}}
 {{- $op := .Values.operator }}
 {{- $sc := .Values.scaler }}
+{{- $image := .Values.image }}
+{{- if and (or $op.enabled $sc.enabled) (not $image.repository) }}
+{{- fail (printf `image.repository is not set, and tidegate publishes no image. Build it from the repository's Dockerfile, push it where the cluster pulls from, and name it:
+  docker build -t REGISTRY/tidegate:%[1]s . && docker push REGISTRY/tidegate:%[1]s
+  helm install ... --set image.repository=REGISTRY/tidegate
+(the tag defaults to the chart's appVersion %[1]s; image.tag or image.digest choose another)` .Chart.AppVersion) }}
+{{- end }}
+{{- if regexMatch "(:[^/]*|@.*)$" $image.repository }}
+{{- fail (printf "image.repository %q carries a tag or digest: give the repository alone and the rest as image.tag or image.digest" $image.repository) }}
+{{- end }}
 {{- if and $op.enabled (ne (int $op.replicas) 1) }}
 {{- fail "operator.replicas must be 1: the operator runs kopf --standalone (no peering), and two replicas would both reconcile every pool" }}
 {{- end }}
@@ -22,6 +32,9 @@ checks types and ranges; these are the rules that span fields.
 {{- end }}
 {{- if and $op.enabled (not $sc.enabled) (not $op.scalerAddress) }}
 {{- fail "scaler.enabled=false needs operator.scalerAddress: the host:port of a tidegate scaler KEDA can reach" }}
+{{- end }}
+{{- if and .Values.alerts.enabled (not (.Capabilities.APIVersions.Has "monitoring.coreos.com/v1")) }}
+{{- fail "alerts.enabled needs the Prometheus Operator's PrometheusRule (monitoring.coreos.com/v1), which this cluster does not serve: install the Prometheus Operator (e.g. kube-prometheus-stack) or set alerts.enabled=false (helm template: pass --api-versions monitoring.coreos.com/v1)" }}
 {{- end }}
 {{- if and .Values.monitoring.serviceMonitor.enabled $sc.enabled (eq (int $sc.metricsPort) 0) (.Capabilities.APIVersions.Has "monitoring.coreos.com/v1") }}
 {{- fail "monitoring.serviceMonitor.enabled needs scaler.metricsPort > 0 (or set monitoring.serviceMonitor.enabled=false)" }}

@@ -28,6 +28,9 @@ from tidegate.operator import settings as operator_settings
 from tidegate.scaler.cli import settings_from
 
 CRD = "inferencepools.tidegate.dev"
+# tidegate publishes no image, so the chart renders only with one named (kwok runs no containers).
+IMAGE_REPOSITORY = "registry.example/tidegate"
+IMAGE = ("--set", f"image.repository={IMAGE_REPOSITORY}")
 
 VARIANTS = {
     "defaults": [],
@@ -69,7 +72,7 @@ VARIANTS = {
 
 
 def _render(helm, release: str, namespace: str, *args: str) -> list[dict]:
-    text = helm("template", release, str(CHART), "-n", namespace, *args).stdout
+    text = helm("template", release, str(CHART), "-n", namespace, *IMAGE, *args).stdout
     return [d for d in yaml.safe_load_all(text) if d]
 
 
@@ -81,7 +84,7 @@ def _by_kind(docs: list[dict]) -> dict[str, list[dict]]:
 
 
 def test_helm_lint_strict(helm) -> None:
-    helm("lint", "--strict", str(CHART))
+    helm("lint", "--strict", str(CHART), *IMAGE)
 
 
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
@@ -122,7 +125,7 @@ def test_scaler_probes_and_service_speak_grpc(helm, namespace) -> None:
     op = operator["spec"]["template"]["spec"]["containers"][0]
     env = {e["name"]: e["value"] for e in op["env"]}
     assert env["TIDEGATE_SCALER_ADDRESS"] == f"tg-tidegate-scaler.{namespace}.svc:9090"
-    assert env["TIDEGATE_SIDECAR_IMAGE"] == op["image"] == "ghcr.io/tidegate/tidegate:0.1.0"
+    assert env["TIDEGATE_SIDECAR_IMAGE"] == op["image"] == f"{IMAGE_REPOSITORY}:0.1.0"
     assert op["args"][:3] == ["operator", "--liveness", "http://0.0.0.0:8080/healthz"]
     assert op["securityContext"]["allowPrivilegeEscalation"] is False
     assert operator["spec"]["template"]["spec"]["securityContext"]["runAsNonRoot"] is True
@@ -164,10 +167,12 @@ def test_monitoring_objects_only_where_prometheus_operator_is_served(helm, names
         (["--set", "scaler.enabled=false"], "needs operator.scalerAddress"),
         (["--set", "operator.replicas=2"], "operator/replicas"),
         (["--set", "scaler.tsl.enabled=true"], "additional properties 'tsl' not allowed"),
+        (["--set", "image.repository="], "docker build -t REGISTRY/tidegate:0.1.0 . && docker push"),
+        (["--set", "alerts.enabled=true"], "alerts.enabled needs the Prometheus Operator's PrometheusRule"),
     ],
 )
 def test_impossible_values_fail_with_a_reason(helm, args, message) -> None:
-    result = helm("template", "tg", str(CHART), *args, check=False)
+    result = helm("template", "tg", str(CHART), *IMAGE, *args, check=False)
     assert result.returncode != 0
     assert message in result.stderr
 
@@ -193,7 +198,7 @@ def _hand_crd_back(kubectl, release: str) -> None:
 def test_install_upgrade_uninstall(helm, kubectl, api_client, namespace) -> None:
     release = f"tg-{uuid.uuid4().hex[:8]}"
     try:
-        helm("install", release, str(CHART), "-n", namespace, "--take-ownership", "--wait", "--timeout", "180s")
+        helm("install", release, str(CHART), "-n", namespace, *IMAGE, "--take-ownership", "--wait", "--timeout", "180s")
         objects = _release_objects(api_client, kubectl, namespace, release)
         assert {
             f"Deployment/{release}-tidegate-operator",
@@ -235,8 +240,9 @@ def test_install_upgrade_uninstall(helm, kubectl, api_client, namespace) -> None
         assert cannot.stdout.strip() == "no"
 
         helm(
-            "upgrade", release, str(CHART), "-n", namespace, "--set", "scaler.replicas=3", "--wait", "--timeout", "180s"
-        )
+            "upgrade", release, str(CHART), "-n", namespace, *IMAGE, "--set", "scaler.replicas=3",
+            "--wait", "--timeout", "180s",
+        )  # fmt: skip
         wait_for(
             lambda: (
                 _release_objects(api_client, kubectl, namespace, release)[f"Deployment/{release}-tidegate-scaler"][

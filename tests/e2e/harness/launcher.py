@@ -136,7 +136,7 @@ class Launcher:
     def start(self) -> None:
         self.helm(
             "install", self.release, str(CHART), "-n", self.namespace, "--create-namespace",
-            "--set", "crds.install=false", "--set", "scaler.replicas=1",
+            "--set", "crds.install=false", "--set", "scaler.replicas=1", "--set", "image.repository=registry.example/tidegate",
             "--set", "scaler.podDisruptionBudget.enabled=false",
         )  # fmt: skip
         self.installed = True

@@ -5,6 +5,7 @@ import pathlib
 import pytest
 import yaml
 
+from tests.unit.chart.helm import render
 from tidegate.api.pool import InferencePool
 from tidegate.api.serving import Engine
 
@@ -27,7 +28,8 @@ def _pools() -> list[tuple[str, dict]]:
 @pytest.mark.parametrize(("path", "doc"), _pools(), ids=[p for p, _ in _pools()])
 def test_pool_example_is_valid(path: str, doc: dict) -> None:
     pool = InferencePool.model_validate(doc)
-    assert pool.spec.admission.max_concurrency >= 1
+    concurrency = pool.spec.admission.max_concurrency
+    assert concurrency is None or concurrency >= 1  # unset: read from the model server's capacity
 
 
 def test_one_example_per_engine_and_the_multi_tenant_one() -> None:
@@ -66,3 +68,19 @@ def test_flux_points_at_the_pools_folder_and_strips_replicas() -> None:
     patch = yaml.safe_load(kustomization["spec"]["patches"][0]["patch"])
     assert patch["spec"] == {"replicas": None}
     assert docs["HelmRelease"]["spec"]["chart"]["spec"]["chart"] == "charts/tidegate"
+
+
+def _gitops_values() -> dict[str, dict]:
+    argocd = next(a for a in _docs(EXAMPLES / "gitops/argocd/application.yaml") if a["spec"]["source"].get("helm"))
+    flux = next(d for d in _docs(EXAMPLES / "gitops/flux/kustomization.yaml") if d["kind"] == "HelmRelease")
+    return {"argocd": argocd["spec"]["source"]["helm"]["valuesObject"], "flux": flux["spec"]["values"]}
+
+
+@pytest.mark.parametrize("tool", ["argocd", "flux"])
+def test_gitops_chart_values_render(tmp_path: pathlib.Path, tool: str) -> None:
+    """The chart renders with the values the GitOps examples give it (an image included: none is published)."""
+    values = _gitops_values()[tool]
+    assert values["image"]["repository"]
+    (tmp_path / "values.yaml").write_text(yaml.safe_dump(values))
+    kinds = {d["kind"] for d in render("-f", str(tmp_path / "values.yaml"))}
+    assert {"Deployment", "CustomResourceDefinition"} <= kinds

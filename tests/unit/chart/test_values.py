@@ -87,6 +87,11 @@ def _with(path: str, value) -> dict:
         ("operator.scalerAddress", "http://scaler:9090", "operator/scalerAddress"),
         ("monitoring.podMonitor.interval", "15", "monitoring/podMonitor/interval"),
         ("crds.install", "yes", "crds/install"),
+        ("alerts.enabled", "true", "alerts/enabled"),
+        ("alerts.for.breakerOpen", "5 minutes", "alerts/for/breakerOpen"),
+        ("alerts.capacityRejectRate", 2, "alerts/capacityRejectRate"),
+        ("alerts.capacityRejectRate", "lots", "alerts/capacityRejectRate"),
+        ("alerts.runbookUrl", "wiki/troubleshooting", "alerts/runbookUrl"),
     ],
 )
 def test_schema_rejects_mistakes(path: str, value, complaint: str) -> None:
@@ -100,4 +105,6 @@ def test_schema_accepts_a_production_override() -> None:
     values["operator"]["watchNamespaces"] = ["inference", "batch"]
     values["operator"]["drainTimeoutSeconds"] = 120
     values["scaler"]["replicas"] = 3
+    values["image"]["repository"] = "registry.example.com:5000/ml/tidegate"
+    values["alerts"] = {**values["alerts"], "enabled": True, "capacityRejectRate": "0.1", "labels": {"release": "kps"}}
     assert _errors(values) == []
