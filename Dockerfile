@@ -1,5 +1,5 @@
 # The one tidegate image: `tidegate operator`, `tidegate scaler`, `tidegate admission`, ...
-#   docker build -t ghcr.io/tidegate/tidegate:0.1.0 .
+#   docker build -t REGISTRY/tidegate:0.1.0 . && docker push REGISTRY/tidegate:0.1.0  (tidegate publishes no image)
 # Stage 1 installs the wheel and its dependencies into a venv (all have manylinux wheels, so no
 # compiler is needed); stage 2 copies only that venv onto the same pinned base and runs as 65532.
 
