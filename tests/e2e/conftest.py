@@ -1,10 +1,14 @@
-"""Fixtures of the e2e tier: tidegate launched on the local cluster, pools, the KEDA stand-in.
+"""Fixtures of the e2e tier: tidegate launched on the local cluster, pools, KEDA.
 
 One :class:`~tests.e2e.harness.launcher.Launcher` per session (chart, operator, scaler, pod
 agent, in a namespace of its own); each test makes its own pool there and deletes it afterwards.
-Time is compressed in the pool spec (1 s polling, 10 s rate window, short cooldowns) and in the
-replica size (a sim-backend "GPU" decoding ~4 tokens/s per sequence, 8 sequences: a few requests
-per second saturate it).
+Pools scale through the real KEDA and the real HPA controller (:meth:`Pools.create` with
+``keda="real"``, watched by :class:`~tests.e2e.harness.hpa_watch.HpaWatch`), or, where a test
+needs compressed time the HPA does not have (a 3 s scale-down window instead of 300 s), through
+the KEDA stand-in with the real KEDA paused for that pool (``keda="stand-in"``). Time is
+compressed in the pool spec (1 s polling, 10 s rate window, short cooldowns) and in the replica
+size (a sim-backend "GPU" decoding ~4 tokens/s per sequence, 8 sequences: a few requests per
+second saturate it).
 """
 
 import math
@@ -17,6 +21,7 @@ import pytest
 
 from tests.cluster.conftest import api_client, cluster_env, wait_for  # noqa: F401 (fixtures)
 from tests.e2e.harness import load
+from tests.e2e.harness.hpa_watch import HpaWatch
 from tests.e2e.harness.keda import KedaStandIn
 from tests.e2e.harness.launcher import Launcher
 from tidegate.api import GROUP, PLURAL, VERSION, constants
@@ -81,12 +86,23 @@ def admission() -> dict[str, Any]:
     }
 
 
+# The KWOKNodeClass cluster.sh creates: the node class the Karpenter kwok provider serves.
+KWOK_NODE_CLASS = {"group": "karpenter.kwok.sh", "kind": "KWOKNodeClass", "name": "default"}
+
+
 def pool_body(
-    name: str, replicas: int, warm: int, max_replicas: int, cooldown_s: int = 300, min_replicas: int | None = None
+    name: str,
+    replicas: int,
+    warm: int,
+    max_replicas: int,
+    cooldown_s: int = 300,
+    min_replicas: int | None = None,
+    karpenter: bool = False,
 ) -> dict[str, Any]:
     """An InferencePool whose model container is ``tidegate sim-backend`` (the pod agent runs it as
-    is; the kind launcher's image does too)."""
-    return {
+    is; the kind launcher's image does too). ``karpenter``: each replica asks for one
+    ``nvidia.com/gpu`` and the pool's NodePool has the real Karpenter launch a (kwok) GPU node for it."""
+    body = {
         "apiVersion": f"{GROUP}/{VERSION}",
         "kind": "InferencePool",
         "metadata": {"name": name},
@@ -124,6 +140,10 @@ def pool_body(
             },
         },
     }
+    if karpenter:
+        body["spec"]["server"]["gpus"] = 1
+        body["spec"]["nodePool"] = {"enabled": True, "nodeClassRef": KWOK_NODE_CLASS}
+    return body
 
 
 @pytest.fixture(scope="session")
@@ -154,17 +174,30 @@ class Pools:
         self.core = kubernetes.client.CoreV1Api(launcher.api_client)
         self.names: list[str] = []
         self.kedas: list[KedaStandIn] = []
+        self.watches: list[HpaWatch] = []
 
     @property
     def namespace(self) -> str:
         return self.launcher.namespace
 
-    def create(self, body: dict[str, Any]) -> str:
+    def create(self, body: dict[str, Any], keda: str = "stand-in") -> str:
+        """Create the pool. ``keda="real"``: the real KEDA and HPA scale it (see :meth:`real_keda`);
+        ``"stand-in"``: the real KEDA is paused for it and :meth:`keda` drives it."""
+        if keda not in ("real", "stand-in"):
+            raise ValueError(f"keda={keda!r}: 'real' or 'stand-in'")
         self.custom.create_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, body)
         name = body["metadata"]["name"]
         self.names.append(name)
-        self.pause_keda(name)
+        if keda == "stand-in":
+            self.pause_keda(name)
         return name
+
+    def real_keda(self, name: str) -> HpaWatch:
+        """Once the real HPA reads the scaler's metric for pool ``name``: a recorder of its ``/scale``
+        writes and of the scaler's decisions."""
+        watch = HpaWatch(self.launcher.api_client, self.namespace, name, self.launcher.scaler_metrics_url)
+        self.watches.append(watch)
+        return watch.start()
 
     def pause_keda(self, name: str) -> None:
         """Pause the real KEDA for the pool's ScaledObject (waits for the operator to write it).
@@ -260,6 +293,8 @@ class Pools:
     def close(self) -> None:
         for keda in self.kedas:
             keda.stop()
+        for watch in self.watches:
+            watch.stop()
         for name in self.names:
             self.delete(name)
         agent = self.launcher.agent

@@ -1,4 +1,11 @@
-"""Stands in for KEDA + the HPA for one ScaledObject: no KEDA controller runs on the local cluster.
+"""Stands in for KEDA + the HPA for one ScaledObject, where a test needs time compressed.
+
+The real KEDA and HPA controller run on the local cluster and scale the e2e pools of the burst
+and noisy-tenant scenarios (:mod:`tests.e2e.harness.hpa_watch`). This stand-in remains for the
+scale-down scenario only: there the HPA's scale-down stabilisation (300 s at least, as the
+operator writes it) is compressed to seconds, which the real HPA cannot be told; the real KEDA is
+paused for that pool (``autoscaling.keda.sh/paused``), so it deletes its HPA and leaves ``/scale``
+to this stand-in.
 
 What it does is what KEDA does with an ``external`` trigger (KEDA 2.17, ``pkg/scalers/external_scaler.go``):
 
