@@ -4,8 +4,9 @@ KEDA v2.21.0 and the real HPA controller run beside the local control plane
 (e2e/cluster/cluster.sh); the scaler is a stub answering 3 replicas the way ``tidegate scaler``
 does, then it is stopped, as a crashed scaler process is. KEDA documents ``fallback`` for a scaler
 that fails, but with the process down its ``GetMetricSpec`` call fails before any failure is
-counted (KEDA issue #8056), so the pool neither falls back nor scales: it keeps its replicas. The
-operator cannot change that; its conditions must say it.
+counted (KEDA issue #8056), so the pool neither falls back nor scales: the HPA has no metric
+(``ScalingActive=False``) and keeps its replicas. The operator cannot change that; its conditions
+must say it.
 
 The issue's scenario holds the outage 5 minutes; here it is held OUTAGE_S, which is many times
 what fallback needs to start (failureThreshold 3 polls of the HPA's 5 s sync, cluster.sh) and
@@ -24,7 +25,10 @@ from tests.invalid_pools import valid_pool
 from tidegate.api import GROUP, PLURAL, VERSION
 
 ACTIVE = 3
-FALLBACK = 1
+# Above the current count on purpose: the HPA scales up without a stabilisation window, so a KEDA
+# that fell back would show within seconds (a fallback below 3 would hide behind the HPA's 300 s
+# scale-down window).
+FALLBACK = 5
 OUTAGE_S = 60
 
 
@@ -83,7 +87,7 @@ def test_scaler_down_at_three_replicas_holds_them_and_the_pool_says_keda_will_ho
         assert f"will not move to scaling.fallbackReplicas ({FALLBACK})" in cond["message"], cond
         assert "KEDA issue #8056" in cond["message"]
 
-        # And that is what KEDA and the HPA do: the replicas never drop, to the fallback or below.
+        # And that is what KEDA and the HPA do: the replicas stay, neither dropping nor moving to the fallback.
         seen = set()
         while time.monotonic() - down < OUTAGE_S:
             seen.add(pool()["spec"]["replicas"])
@@ -97,6 +101,7 @@ def test_scaler_down_at_three_replicas_holds_them_and_the_pool_says_keda_will_ho
             "keda-hpa-held", namespace
         )
         active = {c.type: (c.status, c.reason) for c in hpa.status.conditions or []}
+        assert active["ScalingActive"] == ("False", "FailedGetExternalMetric"), active
         print(f"\nafter {OUTAGE_S} s of outage: replicas {sorted(seen)}; ScaledObject {kinds}; HPA {active}")
         print(f"KEDA's Ready: {keda_ready.get('reason')}: {keda_ready.get('message')}")
         print(f"ScalerReachable: {cond['message']}")
