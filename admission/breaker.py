@@ -5,7 +5,12 @@ Trips (only while closed) on:
 - **latency**: a fast moving average of TTFT above ``latencyMultiplier`` x the calibrated
   baseline (a slow moving average of healthy TTFTs, trusted after ``minSamples`` responses;
   never below :attr:`BreakerTuning.latency_floor_s`, so microsecond jitter on an idle
-  server cannot trip it). **Streamed responses only**: a non-streamed answer has no TTFT (its
+  server cannot trip it) **and** above the tightest class TTFT SLO (:attr:`Breaker.slo_floor_s`).
+  TTFT grows with load: a replica running more sequences, or longer prompts, is slower than its
+  idle baseline without being degraded. While TTFT still meets every SLO that is load, which the
+  adaptive budget answers by admitting less; refusing everything for a cooldown would turn a busy
+  replica into a missing one (measured in the policy simulator once budgets came from the KV
+  cache: most refusals were ``circuit_open`` on replicas meeting their SLO). **Streamed responses only**: a non-streamed answer has no TTFT (its
   response headers come with the last token), and its end-to-end time grows with its output
   length and with the batch it shares the GPU with, so there is no load-independent baseline to
   compare it with; a latency trip on it would open the breaker on ordinary long answers under
@@ -181,6 +186,7 @@ class Breaker:
         self._tally = _TenantTally()
         self._consecutive_failures = 0
         self._streak: Counter[str] = Counter()  # failures since the last success, by tenant
+        self.slo_floor_s = 0.0  # the tightest class TTFT SLO (the engine sets it): no latency trip below it
         self._baseline_s: float | None = None
         self._recent_s: float | None = None
         self._ttft_samples = 0
@@ -212,11 +218,12 @@ class Breaker:
         return self._baseline_s if self._ttft_samples >= self.spec.min_samples else None
 
     def latency_limit_s(self) -> float | None:
-        """TTFT above which a response counts as degraded (None while uncalibrated)."""
+        """TTFT above which a response counts as degraded (None while uncalibrated):
+        ``latencyMultiplier x max(baseline, floor)``, never below :attr:`slo_floor_s`."""
         baseline = self.baseline_ttft_s
         if baseline is None:
             return None
-        return self.spec.latency_multiplier * max(baseline, self.tuning.latency_floor_s)
+        return max(self.spec.latency_multiplier * max(baseline, self.tuning.latency_floor_s), self.slo_floor_s)
 
     def allow(self) -> tuple[bool, int | None]:
         """May a new request pass? Returns ``(allowed, probe_epoch)``; ``probe_epoch`` is set for probes."""

@@ -197,6 +197,7 @@ class Engine:
         self.sizing = sizing.size(admission, model, self.backend_capacity, waited_out=self._waited_out(now))
         self._apply_sizing()
         self.breaker.reconfigure(admission.circuit_breaker)
+        self.breaker.slo_floor_s = min(c.ttft_slo_ms for c in admission.priority_classes) / 1000.0
         self.tenants.reconfigure(admission.tenancy)
         self._active_weight = sum(s.policy.weight for s in self.tenants.states.values() if s.accepted)
 

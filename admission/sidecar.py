@@ -662,9 +662,15 @@ class Sidecar:
             backend_requests_running=engine.backend_running, backend_requests_queued=engine.backend_queue.value,
             backend_queue_held=engine.backend_queue_held, backend_kv_capacity_tokens=capacity.kv_tokens,
             backend_slots=capacity.slots, backend_context_tokens=capacity.context_tokens,
-            config_warnings=self.config_warnings, token_budget_source=engine.sizing.budget_source.value,
+            backend_max_requests=capacity.max_requests,
+            config_warnings=self._warnings(), token_budget_source=engine.sizing.budget_source.value,
             max_concurrency_source=engine.sizing.concurrency_source.value,
         )  # fmt: skip
+
+    def _warnings(self) -> list[str]:
+        """:attr:`config_warnings`, and the fallback sizing while in force (the engine logs it once)."""
+        fallback = sizing.describe(self.engine.sizing, self.engine.model.engine)
+        return self.config_warnings + ([fallback] if fallback is not None else [])
 
     # ---- background loops ---------------------------------------------------------------------
 
@@ -744,11 +750,8 @@ class Sidecar:
         :attr:`config_warnings` (in ``/tidegate/stats``) lists those in force."""
         engine = self.engine
         found = [] if capacity is None else telemetry.config_mismatches(engine.model, engine.configured, capacity)
-        fallback = sizing.describe(engine.sizing, engine.model.engine)
-        if fallback is not None:  # logged by the engine when it falls back
-            found.append(fallback)
         for warning in found:
-            if warning not in self.config_warnings and warning != fallback:
+            if warning not in self.config_warnings:
                 log.warning("config does not match the model server: %s", warning)
         self.config_warnings = found
 

@@ -16,6 +16,12 @@ TGI                       ``max_batch_total_tokens`` (``/info``,        ``max_co
 openai (generic)          fallback                                      fallback
 ========================  ============================================  ===============================
 
+llama.cpp's slots x ``n_ctx`` is its KV cache when each slot has its own share of ``--ctx-size``
+(``--parallel N``, the documented setup); under ``--kv-unified`` (current builds turn it on when
+``--parallel`` is left out) every slot reports the whole cache and the product overstates it by the
+slot count: such a pool sets ``tokenBudget`` to ``--ctx-size``. Neither ``/slots`` nor ``/props``
+says which (llama.cpp ``tools/server/server-context.cpp`` at 0c1e570).
+
 Before the first read (:attr:`Source.PENDING`) the replica must not serve: the sidecar is not ready
 and refuses with ``not_active`` (its shell decides that; this module only says so). The wait is
 bounded: once the model server has answered healthy and :attr:`waited_out` (the engine's clock,

@@ -21,6 +21,7 @@ Shape (JSON, snake_case)::
      "telemetry_ok": true, "telemetry_error": null,
      "backend_requests_running": 20, "backend_requests_queued": 0, "backend_queue_held": false,
      "backend_kv_capacity_tokens": 262144, "backend_slots": null, "backend_context_tokens": null,
+     "backend_max_requests": null,
      "config_warnings": []}
 
 ``token_budget`` and ``max_concurrency`` are the numbers this replica runs on now: the budget in
@@ -41,7 +42,7 @@ deferred, TGI batch / queue size); ``backend_queue_held`` is true while new work
 sidecar's queue because the engine queues requests itself. Capacity, as the engine reports it (null
 where it does not): ``backend_kv_capacity_tokens`` (vLLM ``num_gpu_blocks`` x ``block_size``, TGI
 ``max_batch_total_tokens``), ``backend_slots`` and ``backend_context_tokens`` (llama.cpp slots and
-context per slot, TGI ``max_total_tokens``). ``config_warnings``: each way the pool's config promises
+context per slot, TGI ``max_total_tokens``), ``backend_max_requests`` (TGI ``max_concurrent_requests``). ``config_warnings``: each way the pool's config promises
 more than the server reports holding (``telemetry.config_mismatches``; each is also logged once as a
 WARNING). A document without these fields (an older sidecar) reads as telemetry ok and nothing known.
 
@@ -127,6 +128,7 @@ class StatsSnapshot(BaseModel):
     backend_kv_capacity_tokens: int | None = Field(default=None, ge=0, le=MAX_COUNT)
     backend_slots: int | None = Field(default=None, ge=0, le=MAX_COUNT)
     backend_context_tokens: int | None = Field(default=None, ge=0, le=MAX_COUNT)
+    backend_max_requests: int | None = Field(default=None, ge=0, le=MAX_COUNT)
     config_warnings: list[str] = Field(default_factory=list, max_length=16)
     token_budget_source: str | None = Field(default=None, max_length=32)
     max_concurrency_source: str | None = Field(default=None, max_length=32)

@@ -126,8 +126,8 @@ class TelemetrySpec(ApiModel):
 class CircuitBreakerSpec(ApiModel):
     """Per-replica circuit breaker on backend latency and errors (closed / open / half-open).
 
-    Opens when the recent TTFT of streamed responses exceeds ``latencyMultiplier`` x its baseline
-    (non-streamed responses have no TTFT and never trip on latency), the error ratio exceeds
+    Opens when the recent TTFT of streamed responses exceeds ``latencyMultiplier`` x its baseline and
+    the tightest class TTFT SLO (non-streamed responses have no TTFT and never trip on latency), the error ratio exceeds
     ``errorRatio``, or nothing in flight makes token progress; stays open ``cooldownSeconds`` (doubling on each re-open up to
     ``maxCooldownSeconds``); then lets ``halfOpenRequests`` through and closes if at least
     ``halfOpenSuccessRatio`` of them succeed within the latency bound.
@@ -138,7 +138,9 @@ class CircuitBreakerSpec(ApiModel):
         default=3.0,
         gt=1.0,
         le=100.0,
-        description="Open when the recent TTFT of streamed responses > this x their baseline TTFT. Non-streamed "
+        description="Open when the recent TTFT of streamed responses > this x their baseline TTFT and above "
+        "the tightest class TTFT SLO (slower than idle but within every SLO is load, which the adaptive "
+        "budget answers, not a fault). Non-streamed "
         "responses have no TTFT and are not compared (their end-to-end time depends on output length and load); "
         "they count for the error ratio and the stall detector.",
     )
@@ -389,7 +391,7 @@ class AdmissionSpec(ApiModel):
         description="Tokens (prompt + reserved output, over-reserved by `safetyFactor`) a replica may have in "
         "flight. Unset (the default): read from the model server, as the KV-cache tokens it reports: vLLM "
         "`vllm:cache_config_info` num_gpu_blocks x block_size, llama.cpp slots x n_ctx per slot (`/slots`, else "
-        "`/props`), TGI `max_batch_total_tokens` (`/info`, TGI 2.0 and older). Until it is read the sidecar is "
+        "`/props`; with `--kv-unified` the slots share one cache of `--ctx-size`: set this to it), TGI `max_batch_total_tokens` (`/info`, TGI 2.0 and older). Until it is read the sidecar is "
         "not ready and refuses with 503 `not_active`; if the model server answers healthy but reports no "
         "capacity within 30 s (engine `openai` at once) the replica runs on "
         f"{FALLBACK_TOKEN_BUDGET} tokens (at least `model.maxContextTokens`) and says so: a WARNING, "

@@ -3,13 +3,16 @@
 Adapter only; no decision logic of its own:
 
 - each ready pod gets a :class:`tidegate.admission.engine.Engine` (``spec.admission``,
-  ``spec.model``) whose clock is the simulator's virtual time; requests reach it through the
+  ``spec.model``) whose clock is the simulator's virtual time, sized as the sidecar sizes it: an
+  unset ``tokenBudget`` / ``maxConcurrency`` from the replica's KV capacity as the sim-backend
+  publishes it (vLLM ``cache_config_info``), read through the sidecar's parser
+  (:func:`reported_capacity`); requests reach it through the
   Service (round robin), with cost ``RequestCost.fixed(prompt, max_tokens)`` (an exact prompt
   count, as with ``tokenizer: backend``); the engine's ADMITTED / QUEUED / REJECTED answer, its
   settled queue and its releases drive the replica model. ``tick()`` every 0.1 s and telemetry
   (KV usage, generation counter) every ``telemetry.pollIntervalMs``, as the sidecar does;
 - every KEDA poll builds each active pod's :class:`~tidegate.admission.stats.StatsSnapshot` from
-  its engine's counters (what the sidecar's stats endpoint serves), and runs the scaler's own
+  its engine's counters and the budget in force (what the sidecar's stats endpoint serves), and runs the scaler's own
   pipeline: :class:`~tidegate.scaler.rates.SampleHistory` baselines ->
   :func:`tidegate.scaler.rates.observe` -> :func:`tidegate.scaler.law.decide` (``spec.scaling``),
   the same steps as ``tidegate.scaler.sidecar.SidecarSignals.observe`` without HTTP. The law's
@@ -21,17 +24,22 @@ Adapter only; no decision logic of its own:
 
 from typing import Any
 
+from tidegate.admission import telemetry
 from tidegate.admission.breaker import Completion
 from tidegate.admission.cost import RequestCost
-from tidegate.admission.engine import Engine, Telemetry
+from tidegate.admission.engine import BackendCapacity, Engine, Telemetry
 from tidegate.admission.stats import StatsSnapshot, TenantCounters
 from tidegate.admission.ticket import Ticket, TicketState
 from tidegate.api import constants
 from tidegate.api.pool import InferencePool
+from tidegate.api.serving import Engine as BackendEngine
 from tidegate.operator import builders
 from tidegate.operator.settings import OperatorSettings
 from tidegate.scaler import law, rates
 from tidegate.scaler.pods import PodInfo
+from tidegate.sim.faults import FROZEN_GAUGES
+from tidegate.sim.metrics import VllmMetrics
+from tidegate.sim.replica import ReplicaConfig
 from tidegate.sim.simulate.baselines import Policy
 from tidegate.sim.simulate.cluster import Pod
 from tidegate.sim.simulate.hpa import DEFAULT_BEHAVIOR, MetricType
@@ -58,7 +66,9 @@ class Tidegate(Policy):
         self._ticks = 0
 
     def attach(self, sim: Any, pod: Pod) -> None:
-        pod.front = Engine(sim.scenario.admission, sim.scenario.model, clock=lambda: sim.now)
+        engine = pod.front = Engine(sim.scenario.admission, sim.scenario.model, clock=lambda: sim.now)
+        engine.note_backend_healthy()
+        engine.observe_telemetry(Telemetry(capacity=reported_capacity(sim.scenario.model.name, pod.replica.config)))
 
     # ---- requests ------------------------------------------------------------------------
     def on_arrival(self, sim: Any, req: Any) -> None:
@@ -168,6 +178,14 @@ class Tidegate(Policy):
         return decision.metric_value, 1.0, MetricType.AVERAGE_VALUE
 
 
+def reported_capacity(model_name: str, replica: ReplicaConfig) -> BackendCapacity | None:
+    """The capacity a sidecar reads from this replica: the sim-backend's own ``/metrics`` page
+    (vLLM's ``cache_config_info``), parsed by the sidecar's parser. A pod is Ready only once its
+    sidecar knows it (``/tidegate/ready``), so the engine learns it before its first request."""
+    page = VllmMetrics(model_name, replica.kv_capacity_tokens, lambda: dict.fromkeys(FROZEN_GAUGES, 0.0)).render()
+    return telemetry.parse_backend_metrics(page.decode(), BackendEngine.VLLM).capacity
+
+
 def snapshot(pod: Pod, now_s: float) -> StatsSnapshot:
     """What ``pod``'s sidecar would serve at ``/tidegate/stats`` now (its engine's counters and gauges)."""
     engine: Engine = pod.front
@@ -195,8 +213,10 @@ def snapshot(pod: Pod, now_s: float) -> StatsSnapshot:
         },
         in_flight_requests=engine.in_flight_requests,
         in_flight_tokens=engine.in_flight_tokens,
-        token_budget=engine.admission.token_budget,
+        token_budget=engine.token_budget,  # in force: the adaptive budget over the engine's capacity
         max_concurrency=engine.admission.max_concurrency,
+        token_budget_source=engine.sizing.budget_source.value,
+        max_concurrency_source=engine.sizing.concurrency_source.value,
         queue_depth=engine.queue.depth,
         kv_cache_usage=min(1.0, pod.replica.kv_usage) if pod.replica is not None else None,
     )

@@ -6,7 +6,7 @@ import time
 
 import aiohttp
 
-from .conftest import wait_until
+from .conftest import get, wait_until
 from .helpers import CTX_PER_SLOT, GREEDY, SLOTS, completion, post
 
 TOKENS = 600
@@ -58,6 +58,19 @@ def test_an_unreadable_metrics_path_is_loud(llama_server, start_sidecar):
     assert "/no-such-metrics" in stats["telemetry_error"]
     assert sidecar.metric("tidegate_admission_telemetry_errors_total") >= 1
     wait_until(lambda: "WARNING" in sidecar.log_text(), 5, "a WARNING in the sidecar's log")
+
+
+def test_a_pool_that_sets_no_budget_runs_on_what_the_server_holds(llama_server, start_sidecar):
+    """``tokenBudget`` and ``maxConcurrency`` unset (the pool as a user writes it by default): the
+    sidecar reads llama-server's /slots and runs each replica on its 2 slots x 1024 tokens, ready
+    (``/tidegate/ready``) once it knows."""
+    sidecar = start_sidecar()
+    stats = wait_until(lambda: (s := sidecar.stats())["token_budget_source"] == "engine" and s, 10, "sizing")
+    assert stats["token_budget"] == SLOTS * CTX_PER_SLOT == 2048
+    assert stats["max_concurrency"] == SLOTS and stats["max_concurrency_source"] == "engine"
+    assert stats["config_warnings"] == []
+    assert get(sidecar.url + "/tidegate/ready")[0] == 200
+    assert "admission sizing: token budget 2048 (engine), max concurrency 2 (engine)" in sidecar.log_text()
 
 
 def test_a_config_that_does_not_match_the_server_is_named(llama_server, start_sidecar):

@@ -134,6 +134,33 @@ def test_latency_over_the_calibrated_baseline_trips() -> None:
     assert "TTFT" in b.last_trip_reason
 
 
+def test_a_replica_slowed_by_load_but_meeting_every_slo_is_not_cut_off() -> None:
+    """TTFT grows with the sequences a replica runs: 9x its idle baseline is still within the
+    interactive class's 2 s SLO, so it is load (the adaptive budget's business), not a fault that
+    refuses everyone for a cooldown. Over the tightest SLO as well, the breaker opens."""
+    from tidegate.admission.cost import RequestCost
+    from tidegate.admission.reasons import Outcome
+
+    from .helpers import engine
+
+    clock = FakeClock()
+    e = engine(clock, tokenBudget=100_000, maxConcurrency=64, circuitBreaker={"minSamples": 4})
+
+    def serve(ttft_s: float) -> None:
+        ticket = e.submit("t", "interactive", RequestCost.fixed(10, 10))
+        if ticket.outcome is not Outcome.REJECT:  # once open, refused: nothing to release
+            e.release(ticket, Completion.SUCCESS, ttft_s=ttft_s)
+
+    for _ in range(20):
+        serve(0.1)
+    for _ in range(40):
+        serve(0.9)
+    assert e.breaker_state is BreakerState.CLOSED
+    for _ in range(40):
+        serve(2.5)
+    assert e.breaker_state is BreakerState.OPEN and "TTFT" in e.breaker.last_trip_reason
+
+
 def test_jitter_on_a_microsecond_baseline_does_not_trip() -> None:
     b = breaker(FakeClock())
     for _ in range(20):

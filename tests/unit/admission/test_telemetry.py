@@ -125,7 +125,7 @@ def test_llamacpp_capacity_from_slots_or_props_and_tgi_from_info() -> None:
     props = {"total_slots": 2, "default_generation_settings": {"n_ctx": 1024, "params": {}}}
     assert telemetry.parse_llamacpp_props(props) == BackendCapacity(slots=2, context_tokens=1024)
     old_tgi = {"max_total_tokens": 4096, "max_batch_total_tokens": 32000, "max_concurrent_requests": 128}
-    assert telemetry.parse_tgi_info(old_tgi) == BackendCapacity(kv_tokens=32000, context_tokens=4096)
+    assert telemetry.parse_tgi_info(old_tgi) == BackendCapacity(kv_tokens=32000, context_tokens=4096, max_requests=128)
     assert telemetry.parse_tgi_info({"max_total_tokens": 4096}) == BackendCapacity(context_tokens=4096)
     for read, doc in [
         (telemetry.parse_llamacpp_slots, {"error": "x"}),

@@ -18,7 +18,7 @@ BASE = {
                 "model_load_s": {"mean": 30}},
     "client_timeout_s": {"interactive": 30, "batch": 120},
     "model": {"name": "m", "maxContextTokens": 16384},
-    "admission": {"tokenBudget": 32768, "maxConcurrency": 32},
+    "admission": {"tokenBudget": 32768, "maxConcurrency": 32, "adaptiveBudget": {"enabled": False}},  # fixed: the spike refuses
     "faults": [{"at_s": 150, "kind": "lose_replica", "count": 1}],
     "scaling": {"minReplicas": 1, "maxReplicas": 6, "pollingIntervalSeconds": 15,
                 "scaleDownCooldownSeconds": 60},
