@@ -145,19 +145,10 @@ class Launcher:
                 self.api_client, self.kubeconfig, self.namespace, self._service_account(component),
                 self.workdir / f"{component}.kubeconfig",
             )  # fmt: skip
-        port = procs.free_port()
-        metrics_port = procs.free_port()
-        self.scaler_address = f"127.0.0.1:{port}"
-        self.scaler_metrics_url = f"http://127.0.0.1:{metrics_port}"
-        self.scaler = procs.start(
-            procs.tidegate(
-                "scaler", "--listen", self.scaler_address, "--pods", "kubernetes",
-                "--kubeconfig", str(self.workdir / "scaler.kubeconfig"),
-                "--min-refresh-s", "0.5", "--sidecar-timeout-s", "1", "--metrics-port", str(metrics_port),
-            ),
-            self.workdir / "scaler.log",
-        )  # fmt: skip
-        procs.wait_http(self.scaler_metrics_url + "/healthz", self.start_timeout_s, self.scaler)
+        self._metrics_port = procs.free_port()
+        self.scaler_address = f"127.0.0.1:{procs.free_port()}"
+        self.scaler_metrics_url = f"http://127.0.0.1:{self._metrics_port}"
+        self.start_scaler()
         env = {
             "KUBECONFIG": str(self.workdir / "operator.kubeconfig"),
             "TIDEGATE_SCALER_ADDRESS": self.scaler_address,
@@ -172,6 +163,24 @@ class Launcher:
         )
         self.agent = PodAgent(self.api_client, self.namespace, self.workdir / "pods", sidecar_image=SIDECAR_IMAGE)
         self.agent.start()
+
+    def start_scaler(self) -> None:
+        """Start ``tidegate scaler`` at :attr:`scaler_address` (again, after :meth:`kill_scaler`)."""
+        self.scaler = procs.start(
+            procs.tidegate(
+                "scaler", "--listen", self.scaler_address, "--pods", "kubernetes",
+                "--kubeconfig", str(self.workdir / "scaler.kubeconfig"),
+                "--min-refresh-s", "0.5", "--sidecar-timeout-s", "1", "--metrics-port", str(self._metrics_port),
+            ),
+            self.workdir / "scaler.log",
+        )  # fmt: skip
+        procs.wait_http(self.scaler_metrics_url + "/healthz", self.start_timeout_s, self.scaler)
+
+    def kill_scaler(self) -> None:
+        """SIGKILL the scaler, as a crashed or evicted scaler pod goes away."""
+        if self.scaler is not None:
+            self.scaler.kill()
+            self.scaler.wait()
 
     def close(self) -> None:
         """Stop the agent (and every pod process), the operator, the scaler; uninstall; drop the namespace."""
