@@ -3,7 +3,11 @@
 Each baseline routes requests straight to the model servers (no sidecar admission) and sizes the
 pool through the same HPA model (:mod:`~.hpa`, the HPA's default ``behavior``) at KEDA's polling cadence. Tunables come from the
 scenario's ``baselines`` mapping (defaults below). A baseline has no warm pool: a new replica
-needs a node and a model load, as with a plain Deployment.
+needs a node and a model load, as with a plain Deployment. Its headroom is
+``headroom_replicas`` (default 0): that many replicas kept serving on top of the HPA's answer
+(over-provisioning, as a fixed second Deployment behind the same Service would give). The HPA
+sees only its own share (``spec.replicas`` minus the headroom); the metrics cover every serving
+pod. It is the baselines' counterpart of tidegate's warm pool in ``tidegate simulate --frontier``.
 
 - :class:`QueueDepth` -- KEDA ``prometheus`` trigger on ``sum(vllm:num_requests_waiting)``,
   ``metricType: AverageValue``, ``threshold`` = ``queue_waiting_target`` (default 5 waiting per
@@ -40,6 +44,8 @@ class Policy(abc.ABC):
 
     name = "base"
     warm_pool = 0
+    headroom = 0
+    """Replicas kept serving on top of the HPA's answer (:class:`Baseline`: ``headroom_replicas``)."""
     ticks = False
 
     def setup(self, sim: Any) -> None:
@@ -82,8 +88,8 @@ class Policy(abc.ABC):
 
     def hpa_current(self, sim: Any) -> int:
         """The HPA's current replicas: the scale subresource's ``spec.replicas`` (``horizontal.go``
-        reads ``scale.Spec.Replicas``), not the pods that are ready."""
-        return sim.desired
+        reads ``scale.Spec.Replicas``), not the pods that are ready; the headroom is not the HPA's."""
+        return sim.desired - self.headroom
 
     @abc.abstractmethod
     def metric(self, sim: Any) -> tuple[float, float, MetricType]:
@@ -104,14 +110,22 @@ class Policy(abc.ABC):
         return total
 
 
-class QueueDepth(Policy):
+class Baseline(Policy):
+    """A baseline: reads ``headroom_replicas`` from the scenario's ``baselines`` mapping."""
+
+    def setup(self, sim: Any) -> None:
+        super().setup(sim)
+        self.headroom = int(self.params.get("headroom_replicas", 0))
+
+
+class QueueDepth(Baseline):
     name = "queue"
 
     def metric(self, sim: Any) -> tuple[float, float, MetricType]:
         return float(self._waiting(sim)), float(self.params.get("queue_waiting_target", 5)), MetricType.AVERAGE_VALUE
 
 
-class HttpConcurrency(Policy):
+class HttpConcurrency(Baseline):
     name = "http"
 
     def metric(self, sim: Any) -> tuple[float, float, MetricType]:
@@ -141,7 +155,7 @@ class GieShedding(QueueDepth):
         return max(order, key=lambda p: (1 - p.replica.num_waiting / most) + (1 - p.replica.kv_usage))
 
 
-class GpuUtilization(Policy):
+class GpuUtilization(Baseline):
     name = "gpu"
 
     def metric(self, sim: Any) -> tuple[float, float, MetricType]:

@@ -96,9 +96,8 @@ class Simulator:
         self.timeline: list[dict[str, float]] = []
         self.preemptions = 0
         scaling = scenario.scaling
-        self.desired = scenario.cluster.initial_replicas
         self.hpa = Hpa(scaling.min_replicas, scaling.max_replicas, policy.hpa_behavior(scenario))
-        self.hpa.seed(0.0, self.desired)  # the run starts from a steady state, not a fresh HPA
+        self.hpa.seed(0.0, scenario.cluster.initial_replicas)  # the run starts from a steady state, not a fresh HPA
         self.pool = Pool(
             scenario.cluster,
             scenario.replica,
@@ -109,9 +108,10 @@ class Simulator:
         self.fault_rng = np.random.default_rng([seed, 2])
         self.pool.on_ready = lambda pod: policy.attach(self, pod)
         policy.setup(self)
-        for i in range(scenario.cluster.initial_replicas + policy.warm_pool):
+        self.desired = scenario.cluster.initial_replicas + policy.headroom  # spec.replicas
+        for i in range(self.desired + policy.warm_pool):
             pod = self.pool.create(0.0, ready_now=True)
-            if i < scenario.cluster.initial_replicas:
+            if i < self.desired:
                 pod.role, pod.serving = constants.ROLE_ACTIVE, True
 
     # ---- scheduling --------------------------------------------------------------------
@@ -244,7 +244,7 @@ class Simulator:
     def _on_hpa(self, _: Any) -> None:
         value, target, kind = self.policy.metric(self)
         current = self.policy.hpa_current(self)
-        new = self.hpa.sync(self.now, value, target, kind, current)
+        new = self.hpa.sync(self.now, value, target, kind, current) + self.policy.headroom
         if new != self.desired:
             self.actions.append(ScaleAction(self.now, self.desired, new))
             self.desired = new

@@ -1,8 +1,9 @@
 """Run scenarios x policies (optionally in worker processes) and collect summaries and timelines.
 
 Each run is independent and deterministic for its seed, so running them in parallel changes
-nothing but the wall time. ``decode_scale`` multiplies the replica model's decode rate (the
-sensitivity check: x0.5 and x2).
+nothing but the wall time. ``decode_scale`` multiplies the replica model's decode rate and
+``cold_start_s`` sets the mean node provisioning + model load (the sensitivity checks: x0.5 and
+x2, 240 s).
 """
 
 import dataclasses
@@ -18,6 +19,7 @@ class RunSpec:
     policy: str
     seed: int = 0
     decode_scale: float = 1.0
+    cold_start_s: float | None = None
 
 
 @dataclasses.dataclass
@@ -28,12 +30,33 @@ class RunResult:
     series: dict[str, list[float]]  # per-request columns for plots
 
 
+def apply_overrides(
+    sc: scenario.Scenario, decode_scale: float = 1.0, cold_start_s: float | None = None
+) -> scenario.Scenario:
+    """``sc`` with the decode rate x ``decode_scale`` and, when ``cold_start_s`` is given, node
+    provisioning and model load rescaled (mean, sd and floor alike) so their means add up to
+    ``cold_start_s`` seconds; the name says what changed (``spike@decode0.5x@cold240s``)."""
+    if decode_scale != 1.0:
+        sc = sc.with_replica(decode_tokens_per_s=sc.replica.decode_tokens_per_s * decode_scale)
+        sc = dataclasses.replace(sc, name=f"{sc.name}@decode{decode_scale:g}x")
+    if cold_start_s is not None:
+        c = sc.cluster
+        total = c.node_provisioning_s.mean + c.model_load_s.mean
+        if total <= 0:
+            raise scenario.ScenarioError(f"{sc.name}: no cold start to rescale (node provisioning + model load = 0 s)")
+        k = cold_start_s / total
+        node, load = (
+            dataclasses.replace(d, mean=d.mean * k, sd=d.sd * k, min=d.min * k)
+            for d in (c.node_provisioning_s, c.model_load_s)
+        )
+        sc = dataclasses.replace(sc, cluster=dataclasses.replace(c, node_provisioning_s=node, model_load_s=load))
+        sc = dataclasses.replace(sc, name=f"{sc.name}@cold{cold_start_s:g}s")
+    return sc
+
+
 def run(spec: RunSpec) -> RunResult:
     """One run (raises :class:`~.scenario.ScenarioError` / :class:`~.policies.UnknownPolicy`)."""
-    sc = scenario.load(spec.scenario)
-    if spec.decode_scale != 1.0:
-        sc = sc.with_replica(decode_tokens_per_s=sc.replica.decode_tokens_per_s * spec.decode_scale)
-        sc = dataclasses.replace(sc, name=f"{sc.name}@decode{spec.decode_scale:g}x")
+    sc = apply_overrides(scenario.load(spec.scenario), spec.decode_scale, spec.cold_start_s)
     sim = core.Simulator(sc, policies.make(spec.policy), seed=spec.seed).run()
     series = {
         "arrival_s": [r.arrival_s for r in sim.requests],

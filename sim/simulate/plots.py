@@ -1,7 +1,9 @@
 """PNG plots of simulation runs (matplotlib, the optional extra ``tidegate[sim]``).
 
 Per scenario, one figure with a column per policy: GPUs held and serving replicas over time (top),
-the share of first-class (interactive) arrivals meeting the TTFT SLO per minute (bottom). Raises
+the share of first-class (interactive) arrivals meeting the TTFT SLO per minute (bottom). For
+``--frontier``, per scenario: interactive SLO attainment against GPU-hours, every configuration of
+every policy, each policy's Pareto frontier, tidegate's default starred (:func:`frontier`). Raises
 :class:`PlotsUnavailable` when matplotlib is not installed.
 """
 
@@ -72,3 +74,47 @@ def write_all(results: list[Any], out: Path) -> list[Path]:
         plt.close(fig)
         paths.append(path)
     return paths
+
+
+NINES_MAX = 4.0
+"""The attainment axis is in nines, ``-log10(1 - attainment)``, clipped at 99.99%."""
+
+_COLORS = {"tidegate": "tab:blue", "queue": "tab:orange", "http": "tab:green", "gie": "tab:red", "gpu": "tab:purple"}
+
+
+def _nines(attainment: float) -> float:
+    return NINES_MAX if attainment >= 1 - 10**-NINES_MAX else -math.log10(1.0 - attainment)
+
+
+def frontier(name: str, points: list[Any], fronts: dict[str, list[Any]], out: Path) -> Path:
+    """``out/<name>.png``: attainment (nines axis) vs mean GPU-hours; points of ``frontier.Point`` shape
+    (``policy``, ``config``, ``attainment``, ``worst``, ``gpu_hours``), ``fronts`` policy -> its frontier."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(8, 5.5))
+    for policy, front in fronts.items():
+        color = _COLORS.get(policy)
+        mine = [p for p in points if p.policy == policy]
+        ax.scatter([p.gpu_hours for p in mine], [_nines(p.attainment) for p in mine], s=14, alpha=0.45, color=color)
+        ax.plot(
+            [p.gpu_hours for p in front], [_nines(p.attainment) for p in front], marker="o", markersize=4,
+            linewidth=1.4, color=color, label=f"{policy} ({len(mine)} configs)",
+        )  # fmt: skip
+    default = next((p for p in points if p.policy == "tidegate" and p.config == ()), None)
+    if default is not None:
+        ax.scatter([default.gpu_hours], [_nines(default.attainment)], marker="*", s=220, color="tab:blue",
+                   edgecolor="black", zorder=5, label="tidegate default")  # fmt: skip
+    for level in (0.95, 0.99, 0.999):
+        ax.axhline(_nines(level), color="grey", linestyle="--", linewidth=0.7)
+    ticks = [0.0, 0.5, 1.0, 1.30103, 2.0, 3.0, 4.0]
+    ax.set_yticks(ticks, ["0%", "68%", "90%", "95%", "99%", "99.9%", ">=99.99%"])
+    ax.set_ylim(0, NINES_MAX + 0.2)
+    ax.set_xlabel("GPU-hours (mean over seeds)")
+    ax.set_ylabel("interactive SLO attainment (mean over seeds)")
+    ax.set_title(f"{name}: SLO attainment vs GPU-hours, Pareto frontier per policy", fontsize=10)
+    ax.legend(fontsize=8, loc="lower right")
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    path = out / f"{name}.png"
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path

@@ -136,7 +136,7 @@ def summarize(sim: Simulator) -> Summary:
     for r in sim.requests:
         met = r.outcome is Outcome.SERVED and r.ttft_s <= sc.slo_s(r.priority)
         tenants.setdefault(r.tenant, []).append(met)
-    start = (sc.cluster.initial_replicas + sim.policy.warm_pool) * sc.cluster.gpus_per_replica
+    start = (sc.cluster.initial_replicas + sim.policy.headroom + sim.policy.warm_pool) * sc.cluster.gpus_per_replica
     return Summary(
         scenario=sc.name,
         policy=sim.policy.name,
