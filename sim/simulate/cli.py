@@ -16,8 +16,9 @@ Prints Markdown tables (summary, then refusals by class and reason); ``--out DIR
 targetCapacityRejectRate; the baselines: their threshold and headroom replicas) on every scenario
 and seed, prints per scenario the GPU-hours each policy needs to reach 95%, 99% and 99.9%
 interactive SLO attainment and whether a baseline dominates tidegate's default, and writes
-``frontier.md``, ``runs.json``, ``<scenario>.md`` and ``<scenario>.png`` (attainment vs GPU-hours,
-each policy's Pareto frontier) under ``--out`` (default ``out/frontier``).
+``frontier.md``, ``runs.jsonl``, ``<scenario>.md`` and ``<scenario>.png`` (attainment vs GPU-hours,
+each policy's Pareto frontier) under ``--out`` (default ``out/frontier``). ``--from-runs FILE``
+rebuilds the tables and plots from a ``runs.jsonl`` (one cut short, or several concatenated).
 
 Exit status 2 for a bad scenario, policy or grid.
 """
@@ -45,8 +46,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="tidegate | queue | http | gie | gpu | tidegate-hpa300 (default: %(default)s)",
     )
     p.add_argument("--all", action="store_true", help="run every built-in scenario under every policy")
-    p.add_argument("--scenarios", help="with --all: comma-separated scenario names")
-    p.add_argument("--policies", help="with --all: comma-separated policy names")
+    p.add_argument("--scenarios", help="with --all/--frontier: comma-separated scenario names or files")
+    p.add_argument("--policies", help="with --all/--frontier: comma-separated policy names")
     p.add_argument("--seed", type=int, default=0, help="random seed (default: %(default)s)")
     p.add_argument("--decode-scale", type=float, default=1.0, metavar="X", help="multiply the decode rate by X")
     p.add_argument(

@@ -76,8 +76,9 @@ KNOBS: dict[str, Callable[[Scenario, float], Scenario]] = {
     "http_concurrency_target": _baseline("http_concurrency_target"),
     "gpu_util_target": _baseline("gpu_util_target"),
     "headroom_replicas": _baseline("headroom_replicas"),
-    # any policy: the HPA's floor (the pool starts there too)
+    # any policy: the HPA's floor (the pool starts there too) and ceiling
     "minReplicas": _min_replicas,
+    "maxReplicas": _scaling("max_replicas"),
 }
 """Knob name -> ``(scenario, value) -> scenario``. Names are what the tables print."""
 
