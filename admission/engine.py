@@ -40,8 +40,8 @@ Queued requests are offered in fair-queue order; one blocked by total capacity b
 behind it (no starvation of large requests), one blocked only by another class's reservation lets
 that class through.
 
-Invariants (property-tested): reserved tokens in flight never exceed ``tokenBudget``, requests in
-flight never exceed ``maxConcurrency``; every admitted ticket is released exactly once (a second
+Invariants (property-tested): reserved tokens in flight never exceed the token budget in force,
+requests in flight never exceed the concurrency in force; every admitted ticket is released exactly once (a second
 release raises :class:`~tidegate.admission.ticket.TicketStateError`); a ticket that leaves the
 queue unserved gives back its tenant's tokens and concurrency; under backlog tenants are served in
 proportion to their weights within the fair-queueing bound.
@@ -52,6 +52,12 @@ for a client gone while queued; :meth:`Engine.take_settled` for queued tickets t
 or refused since (also by :meth:`Engine.dispatch`, :meth:`Engine.expire`, :meth:`Engine.tick`);
 :meth:`Engine.observe_telemetry`, :meth:`Engine.note_progress`, :meth:`Engine.first_token`;
 :attr:`Engine.counters` for the stats contract.
+
+Sizing: ``tokenBudget`` and ``maxConcurrency`` unset (the default) come from the model server's
+capacity as :meth:`Engine.observe_telemetry` delivers it; :attr:`Engine.sizing` says which numbers
+are in force and where from, :attr:`Engine.configured` is the spec as given and :attr:`Engine.admission`
+the same with those numbers filled in (:mod:`tidegate.admission.sizing`). The caller keeps a
+replica out of service while :attr:`~tidegate.admission.sizing.Sizing.pending`.
 
 Capacity, the drain model behind every ``retry_after_s`` and deadline prediction, batch
 composition (``maxPrefillTokens``), the adaptive budget and the shedding prediction live in

@@ -9,7 +9,10 @@ Every series carries vLLM's labels ``model_name`` and ``engine="0"``. Served:
 - histograms (vLLM's buckets) ``vllm:time_to_first_token_seconds``,
   ``vllm:inter_token_latency_seconds``, ``vllm:e2e_request_latency_seconds``,
   ``vllm:request_queue_time_seconds``;
-- ``vllm:cache_config_info{block_size, num_gpu_blocks}`` = 1 (16-token blocks, as vLLM's default).
+- ``vllm:cache_config_info{block_size, num_gpu_blocks}`` = 1 (16-token blocks, as vLLM's default):
+  the replica's KV capacity, rounded down to whole blocks. A sidecar whose pool leaves
+  ``admission.tokenBudget`` unset sizes itself from it (:mod:`tidegate.admission.sizing`), as in
+  front of vLLM; the policy simulator reads the same page (``tidegate_policy.reported_capacity``).
 
 Each server has its own ``CollectorRegistry``, so several sim-backends run in one process.
 Freezing (the ``freeze_metrics`` fault) pins the three gauges at a snapshot, as when vLLM's
