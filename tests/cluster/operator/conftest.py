@@ -29,13 +29,13 @@ OPERATOR_SA = "tidegate-operator"
 
 
 class ScalerHealth:
-    """A gRPC health server; ``serving(False)`` makes the scaler look down."""
+    """A gRPC health server; ``serving(False)`` makes the scaler look down. ``port`` 0: any free port."""
 
-    def __init__(self) -> None:
+    def __init__(self, port: int = 0) -> None:
         self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
         self.servicer = health.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.servicer, self.server)
-        port = self.server.add_insecure_port("127.0.0.1:0")
+        port = self.server.add_insecure_port(f"127.0.0.1:{port}")
         self.address = f"127.0.0.1:{port}"
 
     def start(self) -> "ScalerHealth":
@@ -77,17 +77,18 @@ class ScalerDecisions:
 
 
 class StubScaler(ScalerHealth):
-    """KEDA's ``externalscaler.ExternalScaler`` answering ``desired`` (the replica count, with an
-    ``AverageValue`` target of 1, as tidegate's scaler does) plus gRPC health: what the real KEDA
-    calls when a test needs a known answer rather than the scaling law's. ``calls`` records each
-    RPC's name and the ``scalerMetadata`` KEDA sent."""
+    """KEDA's ``externalscaler.ExternalScaler`` answering ``desired`` as the metric (the replica
+    count, or the law's ``metric_value``, with an ``AverageValue`` target of 1, as tidegate's scaler
+    does) plus gRPC health: what the real KEDA calls when a test needs a known answer rather than
+    the scaling law's. ``calls`` records each RPC's name and the ``scalerMetadata`` KEDA sent;
+    ``port`` 0 listens on any free port."""
 
     METRIC = "tidegate-desired-replicas"
 
-    def __init__(self, desired: int) -> None:
+    def __init__(self, desired: float, port: int = 0) -> None:
         self.desired = desired
         self.calls: list[tuple[str, dict[str, str]]] = []
-        super().__init__()
+        super().__init__(port)
         stub = self
 
         class Servicer(pb_grpc.ExternalScalerServicer):
