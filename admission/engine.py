@@ -81,7 +81,7 @@ from tidegate.admission.capacity import Capacity, EngineTuning
 from tidegate.admission.fairqueue import FairQueue
 from tidegate.admission.gate import GateSignal, QueueSignal
 from tidegate.admission.reasons import CAPACITY_REASONS, Outcome, Reason
-from tidegate.admission.sizing import BackendCapacity
+from tidegate.admission.sizing import BackendCapacity, Source
 from tidegate.admission.tenants import TenantBook, TenantState, burst_tokens
 from tidegate.admission.ticket import Ticket, TicketState, TicketStateError
 from tidegate.api.admission import AdmissionSpec, PriorityClass
@@ -168,6 +168,7 @@ class Engine:
         self._capacity_wait_from_s: float | None = None  # when the model server first answered healthy
         self.model = model
         self.sizing = sizing.size(admission, model, None, waited_out=False)
+        self._announced: sizing.Sizing | None = None  # the sizing last logged by reconfigure
         self.capacity = Capacity(self._effective(admission), self.tuning, clock())
         self._deadlines: list[tuple[float, int, Ticket]] = []
         self._settled: list[Ticket] = []
@@ -200,8 +201,12 @@ class Engine:
         self._classes: dict[str, tuple[int, PriorityClass]] = {
             c.name: (rank, c) for rank, c in enumerate(admission.priority_classes)
         }
-        self.sizing = sizing.size(admission, model, self.backend_capacity, waited_out=self._waited_out(now))
+        old, self.sizing = (
+            self._announced,
+            sizing.size(admission, model, self.backend_capacity, waited_out=self._waited_out(now)),
+        )
         self._apply_sizing()
+        self._announce(old)
         self.breaker.reconfigure(admission.circuit_breaker)
         self.breaker.slo_floor_s = min(c.ttft_slo_ms for c in admission.priority_classes) / 1000.0
         self.tenants.reconfigure(admission.tenancy)
@@ -232,15 +237,30 @@ class Engine:
             return
         old, self.sizing = self.sizing, new
         self._apply_sizing()
-        fallback = sizing.describe(new, self.model.engine)
-        if fallback is not None and sizing.describe(old, self.model.engine) != fallback:
-            log.warning("admission sizing: %s", fallback)
-        elif not new.pending:
+        self._announce(old)
+        self.dispatch()
+
+    def _announce(self, old: sizing.Sizing | None) -> None:
+        """Log a new sizing: a fallback once as a WARNING, numbers read from the engine at INFO."""
+        new, engine = self.sizing, self.model.engine
+        self._announced = new
+        fallback = sizing.describe(new, engine)
+        if fallback is not None:
+            if old is None or sizing.describe(old, engine) != fallback:
+                log.warning("admission sizing: %s", fallback)
+        elif (
+            not new.pending
+            and (
+                old is None
+                or old.pending
+                or (old.token_budget, old.max_concurrency) != (new.token_budget, new.max_concurrency)
+            )
+            and Source.ENGINE in (new.budget_source, new.concurrency_source)
+        ):
             log.info(
                 "admission sizing: token budget %d (%s), max concurrency %d (%s)",
                 new.token_budget, new.budget_source.value, new.max_concurrency, new.concurrency_source.value,
             )  # fmt: skip
-        self.dispatch()
 
     def note_backend_healthy(self) -> None:
         """The model server answered its health check: the bounded wait for its capacity starts

@@ -143,3 +143,11 @@ def test_unset_numbers_never_mismatch_the_server() -> None:
     assert telemetry.config_mismatches(model, AdmissionSpec(), capacity) == []
     explicit = AdmissionSpec(token_budget=100_000, max_concurrency=8)
     assert len(telemetry.config_mismatches(model, explicit, capacity)) == 2
+
+
+def test_an_engine_that_never_reports_says_so_when_the_sidecar_starts(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING, logger="tidegate.admission.engine"):
+        engine = auto_engine(BackendEngine.OPENAI)
+        engine.reconfigure(engine.configured, engine.model)  # a config reload: said once, not again
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and "engine 'openai' reports no capacity" in warnings[0]
