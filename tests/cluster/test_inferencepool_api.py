@@ -40,7 +40,9 @@ def test_partial_nested_objects_get_the_remaining_defaults(api_client, namespace
     body["spec"]["admission"] = {"kvCache": {"trip": 0.95}}
     created = _create(api_client, namespace, body)
     assert created["spec"]["admission"]["kvCache"] == {"enabled": True, "trip": 0.95, "resume": 0.85}
-    assert created["spec"]["admission"]["tokenBudget"] == 65536
+    # unset: each sidecar reads the budget from its model server (no number is written as a default)
+    assert "tokenBudget" not in created["spec"]["admission"]
+    assert created["spec"]["admission"]["adaptiveBudget"]["enabled"] is True
 
 
 def test_kubectl_apply_minimal_example_and_scale_through_the_scale_subresource(kubectl, namespace: str) -> None:
