@@ -107,7 +107,9 @@ def _sidecar(pool: InferencePool, settings: OperatorSettings) -> dict[str, Any]:
             {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
         ],
         "ports": [{"name": "admission", "containerPort": port, "protocol": "TCP"}],
-        "readinessProbe": {"httpGet": {"path": "/healthz", "port": port}, "periodSeconds": 5},
+        # Ready only once the sidecar knows the replica's budget (read from the model server, or set):
+        # a pod is never promoted into the Service to answer 503 not_active while it sizes itself
+        "readinessProbe": {"httpGet": {"path": "/tidegate/ready", "port": port}, "periodSeconds": 5},
         "livenessProbe": {"httpGet": {"path": "/healthz", "port": port}, "periodSeconds": 10, "failureThreshold": 3},
         "resources": {
             "requests": {"cpu": settings.sidecar_cpu, "memory": settings.sidecar_memory},

@@ -33,6 +33,9 @@ def test_deployment_runs_the_model_and_a_restricted_native_sidecar() -> None:
     sc = sidecar["securityContext"]
     assert sc["runAsNonRoot"] and not sc["allowPrivilegeEscalation"] and sc["capabilities"] == {"drop": ["ALL"]}
     assert sc["seccompProfile"] == {"type": "RuntimeDefault"}
+    # the pod is Ready only once its sidecar has sized the replica (tokenBudget read from the server)
+    assert sidecar["readinessProbe"]["httpGet"]["path"] == "/tidegate/ready"
+    assert sidecar["livenessProbe"]["httpGet"]["path"] == "/healthz"
     assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in spec["tolerations"]
     assert spec["terminationGracePeriodSeconds"] == 600 + 30  # request timeout + slack
 
