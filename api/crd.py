@@ -88,6 +88,48 @@ PRINTER_COLUMNS = [
 ]
 
 
+# A pool's name becomes its Service's name, a DNS-1035 label (lowercase letters, digits and '-',
+# starting with a letter, ending with a letter or digit, at most 63 characters), and the value of
+# the `tidegate.dev/pool` and `app.kubernetes.io/instance` labels (at most 63). The longest name
+# derived with a prefix or suffix that has a limit is KEDA's HPA `keda-hpa-<pool>`: KEDA's
+# admission webhook refuses a ScaledObject whose HPA name would be over 63 characters, so a pool
+# name has at most 63 - 9 = 54. The others have room: the ConfigMap `<pool>-admission`, the
+# ReplicaSets and pods are DNS-1123 subdomains (253; pod names are shortened by the API server)
+# and the NodePool `tidegate-<namespace>-<pool>` is shortened with a hash (names.node_pool_name).
+# The API server has already checked the name as a DNS-1123 subdomain (lowercase alphanumerics,
+# '-' and '.', starting and ending alphanumeric), so dots, a leading digit and the length are
+# what is left. Without these rules such a pool is accepted and its Service refused, forever.
+POOL_NAME_MAX = 63 - len("keda-hpa-")
+_NAME_RULE = (
+    "an InferencePool's name becomes a Service name and KEDA's HPA keda-hpa-<name>: lowercase letters, "
+    f"digits and '-', starting with a letter, at most {POOL_NAME_MAX} characters"
+)
+_NAME = "self.metadata.name"
+NAME_VALIDATIONS = [
+    {
+        "rule": f"!{_NAME}.contains('.')",
+        "message": f"{_NAME_RULE}; no dots",
+        "messageExpression": f"\"{_NAME_RULE}; no dots; try \" + {_NAME}.replace('.', '-')",
+        "fieldPath": ".metadata.name",
+        "reason": "FieldValueInvalid",
+    },
+    {
+        "rule": f"{_NAME}.matches('^[a-z]')",
+        "message": f"{_NAME_RULE}; it must start with a letter",
+        "messageExpression": f"\"{_NAME_RULE}; it must start with a letter; try pool-\" + {_NAME}.replace('.', '-')",
+        "fieldPath": ".metadata.name",
+        "reason": "FieldValueInvalid",
+    },
+    {
+        "rule": f"size({_NAME}) <= {POOL_NAME_MAX}",
+        # A static message: the cost estimator prices string(int) beyond the budget.
+        "message": f"{_NAME_RULE}; this name is longer",
+        "fieldPath": ".metadata.name",
+        "reason": "FieldValueInvalid",
+    },
+]
+
+
 def _model_classes(root: type[BaseModel]) -> dict[str, type[BaseModel]]:
     """Every model reachable from ``root``, by the name pydantic uses in ``$defs``."""
     found: dict[str, type[BaseModel]] = {}
@@ -223,10 +265,16 @@ def custom_resource_definition() -> dict[str, Any]:
                             "description": "An InferencePool serves one model from GPU replicas behind tidegate "
                             "admission sidecars, with a warm pool and reject-rate autoscaling.",
                             "required": ["spec"],
+                            "x-kubernetes-validations": NAME_VALIDATIONS,
                             "properties": {
                                 "apiVersion": {"type": "string"},
                                 "kind": {"type": "string"},
-                                "metadata": {"type": "object"},
+                                # Declared (with the API server's own limit) so that the name rules can
+                                # point at .metadata.name and their cost is bounded.
+                                "metadata": {
+                                    "type": "object",
+                                    "properties": {"name": {"type": "string", "maxLength": 253}},
+                                },
                                 "spec": spec,
                                 "status": status,
                             },

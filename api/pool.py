@@ -25,8 +25,9 @@ class InferencePoolSpec(ApiModel):
         default=1,
         ge=0,
         le=10_000,
-        description="Active (serving) replicas. Set by KEDA/HPA or `kubectl scale` through /scale; "
-        "kept within scaling.minReplicas..maxReplicas by the autoscaler.",
+        description="Active (serving) replicas. Set by KEDA/HPA or `kubectl scale` through /scale. "
+        "The operator serves it held within scaling.minReplicas..maxReplicas: below minReplicas it serves "
+        "minReplicas (the Ready condition says so), above maxReplicas it serves maxReplicas (Degraded says so).",
     )
     model: ModelSpec = Field(description="The model served.")
     server: ServerSpec = Field(description="The model-server container.")

@@ -52,7 +52,11 @@ class ScalingSpec(ApiModel):
     """How the tidegate scaler (through KEDA) sizes the pool's active replicas."""
 
     min_replicas: int = Field(
-        default=1, ge=0, le=10_000, description="Fewest active replicas. 0 allows scale to zero when idle."
+        default=1,
+        ge=0,
+        le=10_000,
+        description="Fewest active replicas, served even when spec.replicas is lower "
+        "(no autoscaler running yet). 0 allows scale to zero when idle.",
     )
     max_replicas: int = Field(
         default=8, ge=1, le=10_000, description="Most active replicas (GPUs per replica x this bounds the pool's GPUs)."

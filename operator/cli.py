@@ -7,11 +7,9 @@ from typing import Any
 def _run(args: argparse.Namespace) -> int:
     import kopf
 
-    from tidegate.operator import handlers  # noqa: F401  (registers the handlers)
+    from tidegate.operator import handlers, logs  # noqa: F401  (handlers: registers them)
 
-    # kopf.configure installs the one root handler (plain or JSON); a second one would print
-    # every line twice.
-    kopf.configure(verbose=args.verbose, log_format=kopf.LogFormat.JSON if args.log_json else kopf.LogFormat.PLAIN)
+    logs.configure(verbose=args.verbose, json=args.log_json)
     kopf.run(
         standalone=True,
         clusterwide=not args.namespace,
@@ -29,5 +27,7 @@ def register(sub: Any) -> None:
     )
     parser.add_argument("--liveness", default=None, help="liveness endpoint, e.g. http://0.0.0.0:8080/healthz")
     parser.add_argument("--log-json", action="store_true", help="structured JSON logs")
-    parser.add_argument("-v", "--verbose", action="store_true")
+    parser.add_argument(
+        "-v", "--verbose", action="store_true", help="also DEBUG, and kopf's routine 'Handler ... succeeded.' lines"
+    )
     parser.set_defaults(func=_run)

@@ -44,6 +44,7 @@ class Observed:
     scaler_address: str = ""
     fallback_replicas: int | None = None  # spec.scaling.fallbackReplicas
     keda_says: str | None = None  # KEDA's reason and message when it reports the ScaledObject not Ready
+    notes: tuple[str, ...] = ()  # said in Ready's message, e.g. spec.replicas held at scaling.minReplicas
 
 
 def scaler_unreachable(observed: Observed) -> tuple[str, str]:
@@ -104,6 +105,8 @@ def status(
     summary = f"{p.ready_active}/{observed.desired_active} active ready, {p.warm_ready}/{observed.warm_size} warm ready"
     if p.draining:
         summary += f", {p.draining} draining"
+    if observed.notes:
+        summary += f" ({'; '.join(observed.notes)})"
     conditions = [
         _condition(
             ConditionType.READY, serving, "Serving" if serving else "WaitingForReplicas", summary, gen, old, now_s

@@ -21,8 +21,8 @@ import pydantic
 
 from tidegate.api import GROUP, PLURAL, VERSION, constants
 from tidegate.api.pool import InferencePool
-from tidegate.operator import names
-from tidegate.operator.kube import Kube
+from tidegate.operator import logs, names
+from tidegate.operator.kube import Kube, api_message
 from tidegate.operator.probe import ScalerProbe, tls_credentials
 from tidegate.operator.reconcile import reconcile
 from tidegate.operator.settings import OperatorSettings
@@ -106,6 +106,10 @@ def _kick(namespace: str, name: str) -> None:
 
 def _reconcile_once(obj: dict[str, Any]) -> None:
     key = (obj["metadata"]["namespace"], obj["metadata"]["name"])
+    pool_log = logs.for_pool(log, *key)
+    # Errors name the pool: kopf logs them against the object whose handler ran, a pod or a child
+    # for the event handlers.
+    where = f"InferencePool {key[0]}/{key[1]}"
     try:
         result = reconcile(STATE.kube, STATE.settings, obj, STATE.probe)
     except pydantic.ValidationError as exc:
@@ -117,13 +121,15 @@ def _reconcile_once(obj: dict[str, Any]) -> None:
             {"conditions": [{"type": "Degraded", "status": "True", "reason": "InvalidSpec", "message": message,
                              "lastTransitionTime": _now(), "observedGeneration": obj["metadata"].get("generation", 0)}]},
         )  # fmt: skip
-        raise kopf.PermanentError(f"spec refused: {message}") from exc
+        raise kopf.PermanentError(f"{where}: spec refused: {message}") from exc
     except kubernetes.client.ApiException as exc:
         if exc.status == 404:
             return  # the pool went away mid-reconcile
-        raise kopf.TemporaryError(f"Kubernetes API {exc.status} {exc.reason}", delay=5) from exc
+        raise kopf.TemporaryError(
+            f"{where}: Kubernetes API {exc.status} {exc.reason}: {api_message(exc)}", delay=5
+        ) from exc
     for message in result.events:
-        log.info("%s/%s: %s", key[0], key[1], message)
+        pool_log.info("%s", message)
     if result.requeue_after_s is not None:
         timer = threading.Timer(result.requeue_after_s, _kick, args=key)
         timer.daemon = True
@@ -155,7 +161,7 @@ def pool_deleted(body: kopf.Body, **_: Any) -> None:
     if kube.has_api("karpenter.sh/v1", "NodePool"):
         np_name = names.node_pool_name(InferencePool.model_validate({**dict(body), "status": {}}))
         if kube.delete("karpenter.sh/v1", "NodePool", np_name):
-            log.info("%s/%s: deleted NodePool %s", ns, pool_name, np_name)
+            logs.for_pool(log, ns, pool_name).info("deleted NodePool %s", np_name)
 
 
 @kopf.on.event("", "v1", "pods", labels={constants.LABEL_POOL: kopf.PRESENT})

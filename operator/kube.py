@@ -4,10 +4,13 @@ Children are written with server-side apply under one field manager and ``force`
 conflicts: tidegate owns the fields it sets, so a hand edit of one of them is put back at the
 next reconcile, while fields tidegate never sets (another controller's annotations, say) are
 left alone. Errors surface as ``kubernetes.client.ApiException``; the handlers translate them.
+A write the API server refuses (400, 403, 422: a name or value it will never take, a webhook or
+RBAC saying no) is :class:`Refused`, a subclass carrying the object and the server's own message.
 """
 
 import datetime
 import functools
+import json
 import logging
 from typing import Any
 
@@ -18,6 +21,29 @@ from kubernetes.dynamic.exceptions import NotFoundError, ResourceNotFoundError
 from tidegate.api import constants
 
 log = logging.getLogger(__name__)
+
+
+def api_message(exc: kubernetes.client.ApiException) -> str:
+    """The API server's own words in ``exc`` (the ``message`` of its Status body), else status and reason."""
+    try:
+        message = json.loads(exc.body or "{}").get("message")
+    except (ValueError, AttributeError):
+        message = None
+    return message or f"{exc.status} {exc.reason}"
+
+
+class Refused(kubernetes.client.ApiException):
+    """The API server refused to write ``kind``/``name``: the same write will not succeed later."""
+
+    REFUSING = (400, 403, 422)  # bad request, forbidden (RBAC, webhooks), invalid
+
+    def __init__(self, kind: str, name: str, exc: kubernetes.client.ApiException) -> None:
+        super().__init__(status=exc.status, reason=exc.reason)
+        self.body, self.headers = exc.body, exc.headers
+        self.kind, self.name, self.message = kind, name, api_message(exc)
+
+    def __str__(self) -> str:
+        return f"the API server refused {self.kind} {self.name} ({self.status} {self.reason}): {self.message}"
 
 
 class Kube:
@@ -45,16 +71,24 @@ class Kube:
         return True
 
     def apply(self, manifest: dict[str, Any]) -> dict[str, Any]:
-        """Server-side apply ``manifest`` as this operator's field manager; returns the live object."""
+        """Server-side apply ``manifest`` as this operator's field manager; returns the live object.
+
+        Raises :class:`Refused` when the API server refuses the object, ``ApiException`` otherwise.
+        """
         resource = self._resource(manifest["apiVersion"], manifest["kind"])
         meta = manifest["metadata"]
-        result = resource.server_side_apply(
-            body=manifest,
-            name=meta["name"],
-            namespace=meta.get("namespace"),
-            field_manager=self.field_manager,
-            force_conflicts=True,
-        )
+        try:
+            result = resource.server_side_apply(
+                body=manifest,
+                name=meta["name"],
+                namespace=meta.get("namespace"),
+                field_manager=self.field_manager,
+                force_conflicts=True,
+            )
+        except kubernetes.client.ApiException as exc:
+            if exc.status in Refused.REFUSING:
+                raise Refused(manifest["kind"], meta["name"], exc) from exc
+            raise
         return result.to_dict()
 
     def delete(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> bool:

@@ -6,6 +6,12 @@ they are now, and writes status. A crash between any two steps leaves a state th
 converges from. Pods are relabelled first (a promotion is the latency users wait on), then the
 children are applied, the Deployment last, so it is never shrunk before draining pods are
 marked (pod-deletion-cost then spares active ones); nothing is deleted that a later step needs.
+
+A child the API server refuses does not stop the reconcile: the others are still applied and the
+status is still written, with the server's message in ``Degraded``, so the pool says why it is not
+serving. So do the failures of its pods (:mod:`tidegate.operator.failures`). Each new reason is
+also a Warning Event and one WARNING log line naming the pool; a reason already in the pool's
+``Degraded`` message is not repeated.
 """
 
 import json
@@ -21,12 +27,13 @@ import kubernetes
 from tidegate.admission.stats import STATS_PATH, StatsSnapshot
 from tidegate.api import API_VERSION, KIND, constants
 from tidegate.api.pool import InferencePool
-from tidegate.operator import builders, conditions, karpenter, names, signal, warm_pool
+from tidegate.operator import builders, conditions, failures, karpenter, logs, names, signal, warm_pool
 from tidegate.operator.conditions import Integration
-from tidegate.operator.kube import Kube
+from tidegate.operator.failures import Problem
+from tidegate.operator.kube import Kube, Refused
 from tidegate.operator.settings import OperatorSettings
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 ScalerProbe = Callable[[str], bool]
 
@@ -158,23 +165,6 @@ def _relabel(
             push_role(ips.get(name), port, role, token)
 
 
-def _gpu_pending(pods: list[kubernetes.client.V1Pod], now_s: float, threshold_s: float) -> list[str]:
-    """Pods Pending longer than ``threshold_s`` because no node offers ``nvidia.com/gpu``."""
-    found = []
-    for pod in pods:
-        if pod.status.phase != "Pending" or pod.spec.node_name:
-            continue
-        for cond in pod.status.conditions or []:
-            if cond.type == "PodScheduled" and cond.status == "False" and "nvidia.com/gpu" in (cond.message or ""):
-                age = now_s - (cond.last_transition_time.timestamp() if cond.last_transition_time else now_s)
-                if age >= threshold_s:
-                    found.append(
-                        f"pod {pod.metadata.name} Pending {age:.0f} s: no node advertises enough nvidia.com/gpu "
-                        "(is the NVIDIA device plugin running, or is the NodePool at its limit?)"
-                    )
-    return found
-
-
 def _keda_not_ready(scaled_object: dict[str, Any]) -> str | None:
     """KEDA's own words when it reports the ScaledObject not Ready (e.g. ``TriggerError`` while the
     scaler is down and no fallback is set: KEDA v2.21.0 ``pkg/scaling/executor/scale_scaledobjects.go``)."""
@@ -277,6 +267,42 @@ def _node_pool(
     return state, verdict.message, karpenter.limit_reached(live, pending, placed)
 
 
+def _apply_or_report(kube: Kube, manifest: dict[str, Any], problems: list[Problem]) -> dict[str, Any] | None:
+    """Apply ``manifest``; when the API server refuses it, add why to ``problems`` and return None."""
+    try:
+        return kube.apply(manifest)
+    except Refused as refused:
+        problems.append(Problem("Refused", str(refused)))
+        return None
+
+
+def _desired_active(pool: InferencePool) -> tuple[int, str | None]:
+    """Active replicas to serve: ``spec.replicas`` held within ``scaling.minReplicas..maxReplicas``,
+    and, when raised to minReplicas, a note saying so (above maxReplicas is Degraded, said elsewhere)."""
+    scaling = pool.spec.scaling
+    if pool.spec.replicas > scaling.max_replicas:
+        return scaling.max_replicas, None
+    if pool.spec.replicas < scaling.min_replicas:
+        return scaling.min_replicas, (
+            f"spec.replicas {pool.spec.replicas} is below scaling.minReplicas {scaling.min_replicas}: "
+            f"serving {scaling.min_replicas}"
+        )
+    return pool.spec.replicas, None
+
+
+def _warn_new(kube: Kube, obj: dict[str, Any], problems: list[Problem], old_conditions: list[dict[str, Any]]) -> None:
+    """A Warning Event and a WARNING line for each problem not already in the pool's Degraded message."""
+    old = next((c for c in old_conditions if c.get("type") == "Degraded"), {})
+    seen = old.get("message", "") if old.get("status") == "True" else ""
+    log = logs.for_pool(logger, obj["metadata"]["namespace"], obj["metadata"]["name"])
+    for problem in problems:
+        if problem.message in seen:
+            log.debug("still degraded: %s", problem.message)
+            continue
+        log.warning("degraded: %s", problem.message)
+        kube.event(obj, problem.reason, problem.message, warning=True)
+
+
 def reconcile(
     kube: Kube, settings: OperatorSettings, obj: dict[str, Any], probe: ScalerProbe, now_s: float | None = None
 ) -> Result:
@@ -292,7 +318,9 @@ def reconcile(
     pods = kube.pool_pods(ns, name)
     drain_timeout = settings.drain_timeout_seconds or pool.spec.admission.request_timeout_seconds
     # maxReplicas is the GPU budget: a hand `kubectl scale` above it is held at it and reported.
-    desired_active = min(pool.spec.replicas, pool.spec.scaling.max_replicas)
+    # minReplicas is the floor: a pool applied with replicas below it (the default 1 under
+    # minReplicas: 2, before any autoscaler wrote) serves minReplicas, and says so.
+    desired_active, below_min = _desired_active(pool)
     plan = warm_pool.plan(
         (pod_view(p, settings.sidecar_port) for p in pods),
         desired_active,
@@ -310,25 +338,44 @@ def reconcile(
         events.append(f"draining {len(plan.drain)} replica(s): {active_before} -> {plan.active} active")
     if plan.return_to_warm:
         events.append(f"{len(plan.return_to_warm)} drained replica(s) returned to the warm pool")
+    problems: list[Problem] = []
     for manifest in (
         builders.admission_config_map(pool),
         builders.service(pool, settings),
         builders.pod_disruption_budget(pool),
     ):
-        kube.apply(adopt(manifest, owner))
-    kube.apply(adopt(builders.deployment(pool, settings, plan.deployment_replicas), owner))
+        _apply_or_report(kube, adopt(manifest, owner), problems)
+    live_deployment = _apply_or_report(
+        kube, adopt(builders.deployment(pool, settings, plan.deployment_replicas), owner), problems
+    )
 
-    keda_state, keda_message, reachable, keda_says = _keda(kube, settings, pool, owner, probe)
-    np_state, np_message, at_limit = _node_pool(kube, pool, pods, now_s, settings.gpu_pending_seconds)
+    try:
+        keda_state, keda_message, reachable, keda_says = _keda(kube, settings, pool, owner, probe)
+    except Refused as refused:  # e.g. KEDA's admission webhook
+        keda_state, keda_message, reachable, keda_says = Integration.FAILED, str(refused), None, None
+    try:
+        np_state, np_message, at_limit = _node_pool(kube, pool, pods, now_s, settings.gpu_pending_seconds)
+    except Refused as refused:
+        np_state, np_message, at_limit = Integration.FAILED, str(refused), None
+        problems.append(Problem("Refused", str(refused)))
+    problems += failures.deployment(live_deployment)
     # Pods held by the NodePool's limit are Pending for that reason, not for a missing device plugin.
-    degraded = [at_limit] if at_limit else _gpu_pending(pods, now_s, settings.gpu_pending_seconds)
+    problems += (
+        [Problem("NodePoolLimit", at_limit)]
+        if at_limit
+        else failures.unschedulable(pods, now_s, settings.gpu_pending_seconds)
+    )
+    problems += failures.containers(pods)
     if desired_active < pool.spec.replicas:
-        degraded.append(
-            f"spec.replicas {pool.spec.replicas} is above scaling.maxReplicas {pool.spec.scaling.max_replicas}: "
-            f"serving {desired_active} (raise scaling.maxReplicas or scale down)"
+        problems.append(
+            Problem(
+                "AboveMaxReplicas",
+                f"spec.replicas {pool.spec.replicas} is above scaling.maxReplicas {pool.spec.scaling.max_replicas}: "
+                f"serving {desired_active} (raise scaling.maxReplicas or scale down)",
+            )
         )
     if keda_state is Integration.FAILED:
-        degraded.append(keda_message)
+        problems.append(Problem("KedaFailed", keda_message))
 
     observed = conditions.Observed(
         generation=obj["metadata"].get("generation", 0),
@@ -344,7 +391,8 @@ def reconcile(
         scaler_address=settings.scaler_address,
         fallback_replicas=pool.spec.scaling.fallback_replicas,
         keda_says=keda_says,
-        degraded_reasons=tuple(degraded),
+        degraded_reasons=tuple(p.message for p in problems),
+        notes=(below_min,) if below_min else (),
     )
     old_status = obj.get("status") or {}
     status = conditions.status(observed, old_status.get("conditions") or [])
@@ -358,6 +406,7 @@ def reconcile(
     kube.patch_pool_status(ns, name, status)
     for message in events:
         kube.event(obj, "Scaled", message)
+    _warn_new(kube, obj, problems, old_status.get("conditions") or [])
     # Draining pods end on a deadline or when their sidecar reports idle: nothing else will
     # trigger a reconcile then, so ask for one (poll at least every second while draining).
     requeue = min(1.0, drain_timeout) if plan.draining or plan.drain else None

@@ -5,7 +5,8 @@ then a `tidegate operator` watching only that test's namespace must turn it into
 (Deployment, Service, ConfigMap, PDB, ScaledObject: each accepted by the API server) and write its
 status. The namespace gets a ResourceQuota of zero GPUs, so the examples' pods are refused and
 never take GPUs from the shared cluster's other tests: readiness of pods is not judged here
-(tests/cluster/operator does that).
+(tests/cluster/operator does that), but the pool must say why it has none (Degraded, quoting the
+quota refusal).
 
 The GitOps examples: their pools folder is applied with `kubectl apply -k` (what Argo CD and Flux
 would sync); Argo CD's Application and Flux's objects need those projects' CRDs, which this cluster
@@ -38,6 +39,10 @@ def _get(kubectl, namespace: str, *what: str) -> dict | None:
 
 def _condition(pool: dict, ctype: str) -> str | None:
     return next((c["status"] for c in pool.get("status", {}).get("conditions", []) if c["type"] == ctype), None)
+
+
+def _message(pool: dict, ctype: str) -> str:
+    return next((c["message"] for c in pool.get("status", {}).get("conditions", []) if c["type"] == ctype), "")
 
 
 @pytest.fixture
@@ -94,15 +99,21 @@ def _assert_reconciled(kubectl, namespace: str, pool: dict) -> None:
             (p := _get(kubectl, namespace, "inferencepool", name))
             and p.get("status", {}).get("observedGeneration") == p["metadata"]["generation"]
             and _condition(p, "KedaReady") == "True"
-            and _condition(p, "Degraded") == "False"
+            and _condition(p, "Degraded") == "True"
+            and "exceeded quota: no-gpus" in _message(p, "Degraded")
             and p
         ),
         timeout_s=90,
-        what=f"InferencePool {name} reconciled (observedGeneration, KedaReady, not Degraded)",
+        what=f"InferencePool {name} reconciled (observedGeneration, KedaReady, Degraded by the GPU quota)",
+    )
+    # The quota is the only problem the pool reports.
+    assert all("exceeded quota: no-gpus" in part for part in _message(reconciled, "Degraded").split("; ")), _message(
+        reconciled, "Degraded"
     )
     assert reconciled["status"]["selector"] == f"tidegate.dev/pool={name}"
     spec = pool["spec"]
-    active = spec.get("replicas", 1)
+    # Applied without replicas (the CRD default 1): the operator serves at least minReplicas.
+    active = max(spec.get("replicas", 1), spec.get("scaling", {}).get("minReplicas", 1))
     warm = spec.get("warmPool", {}).get("size", 1)
     deployment = _get(kubectl, namespace, "deployment", name)
     assert deployment["spec"]["replicas"] == active + warm

@@ -1,0 +1,129 @@
+"""Why a pool's pods are not coming up, in the words of the component that knows (pure).
+
+A Deployment whose pods cannot be created, scheduled or started says so only on objects a user
+of the pool never looks at. This module reads them and returns :class:`Problem` s for the pool's
+``Degraded`` condition and its Warning Events, quoting the message as written:
+
+- the Deployment's ``ReplicaFailure`` condition, which the Deployment controller copies from its
+  ReplicaSet (reason ``FailedCreate``: PodSecurity, ResourceQuota, LimitRange, an admission
+  webhook), and ``Progressing=False`` (``ProgressDeadlineExceeded``);
+- ``PodScheduled=False`` of a pod Pending longer than a threshold: the scheduler's reason;
+- a container (the model server, or the sidecar, a restartable init container) waiting with a
+  reason that needs a human: image pull errors, a config the kubelet cannot build, crash loops.
+
+Messages carry no ages or counters that change between reconciles, so a Problem seen again is
+the same text and is not posted as an Event twice. Pods are read through the attributes of the
+Kubernetes client's ``V1Pod`` (duck-typed: this module imports no client).
+"""
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+# Container waiting reasons that do not resolve by waiting (kubelet: images, kuberuntime).
+STUCK_WAITING = frozenset(
+    {
+        "ErrImagePull",
+        "ImagePullBackOff",
+        "InvalidImageName",
+        "ErrImageNeverPull",
+        "CreateContainerConfigError",
+        "CreateContainerError",
+        "CrashLoopBackOff",
+    }
+)
+
+
+# The ReplicaSet names the pod it tried to create, a new random name per attempt.
+_GENERATED_POD = re.compile(r'pods "[^"]*" is forbidden: ')
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One reason the pool is Degraded: ``reason`` is CamelCase (the Event's reason)."""
+
+    reason: str
+    message: str
+
+
+def deployment(live: Mapping[str, Any] | None) -> list[Problem]:
+    """Failure conditions of the pool's Deployment as returned by the API server (camelCase dict)."""
+    if not live:
+        return []
+    name = live.get("metadata", {}).get("name", "?")
+    found = []
+    for cond in (live.get("status") or {}).get("conditions") or []:
+        ctype, status = cond.get("type"), cond.get("status")
+        reason, message = cond.get("reason") or ctype, cond.get("message") or "no message"
+        if ctype == "ReplicaFailure" and status == "True":
+            message = _GENERATED_POD.sub("", message)
+            found.append(Problem(reason, f"Deployment {name} cannot create pods ({reason}): {message}"))
+        elif ctype == "Progressing" and status == "False":
+            found.append(Problem(reason, f"Deployment {name} is not progressing ({reason}): {message}"))
+    return found
+
+
+def _unschedulable_since(pod: Any) -> tuple[float | None, str]:
+    if pod.status.phase != "Pending" or pod.spec.node_name or pod.metadata.deletion_timestamp:
+        return None, ""
+    for cond in pod.status.conditions or []:
+        if cond.type == "PodScheduled" and cond.status == "False":
+            since = cond.last_transition_time.timestamp() if cond.last_transition_time else None
+            return since, cond.message or cond.reason or "no reason given"
+    return None, ""
+
+
+def unschedulable(pods: Iterable[Any], now_s: float, threshold_s: float) -> list[Problem]:
+    """Pods Pending unscheduled for ``threshold_s`` or longer, grouped by the scheduler's message."""
+    by_message: dict[str, list[str]] = {}
+    for pod in pods:
+        since, message = _unschedulable_since(pod)
+        if since is not None and now_s - since >= threshold_s:
+            by_message.setdefault(message, []).append(pod.metadata.name)
+    found = []
+    for message, pod_names in by_message.items():
+        hint = (
+            " (is the NVIDIA device plugin running, or is the NodePool at its limit?)"
+            if "nvidia.com/gpu" in message
+            else ""
+        )
+        found.append(
+            Problem(
+                "Unschedulable",
+                f"{_pods(pod_names)} Pending for over {threshold_s:g} s, the scheduler says: {message}{hint}",
+            )
+        )
+    return found
+
+
+def containers(pods: Iterable[Any]) -> list[Problem]:
+    """Containers of live pods waiting for a reason that needs a human, grouped by reason and message."""
+    by_cause: dict[tuple[str, str, str], list[str]] = {}
+    for pod in pods:
+        if pod.metadata.deletion_timestamp:
+            continue
+        statuses = [*(pod.status.init_container_statuses or []), *(pod.status.container_statuses or [])]
+        for cs in statuses:
+            waiting = cs.state.waiting if cs.state else None
+            if waiting is None or waiting.reason not in STUCK_WAITING:
+                continue
+            message = waiting.message or ""
+            if waiting.reason == "CrashLoopBackOff" and cs.last_state and cs.last_state.terminated:
+                ended = cs.last_state.terminated
+                message = f"last exit {ended.exit_code} ({ended.reason or 'Error'})"
+            by_cause.setdefault((cs.name, waiting.reason, message), []).append(pod.metadata.name)
+    return [
+        Problem(
+            "ImagePull" if "Image" in reason else reason,
+            f"container {container} of {_pods(pod_names)}: {reason}" + (f": {message}" if message else ""),
+        )
+        for (container, reason, message), pod_names in by_cause.items()
+    ]
+
+
+def _pods(pod_names: list[str]) -> str:
+    if len(pod_names) == 1:
+        return f"pod {pod_names[0]}"
+    shown = ", ".join(sorted(pod_names)[:3])
+    return f"{len(pod_names)} pods ({shown}{', ...' if len(pod_names) > 3 else ''})"

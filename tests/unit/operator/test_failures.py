@@ -1,0 +1,109 @@
+"""Why a pool's pods are not coming up, read from its Deployment and pods (issue 14 item 2)."""
+
+import datetime
+
+import pytest
+from kubernetes.client import (
+    V1Container,
+    V1ContainerState,
+    V1ContainerStateTerminated,
+    V1ContainerStateWaiting,
+    V1ContainerStatus,
+    V1ObjectMeta,
+    V1Pod,
+    V1PodCondition,
+    V1PodSpec,
+    V1PodStatus,
+)
+
+from tidegate.operator import failures
+
+pytestmark = pytest.mark.unit
+
+NOW = datetime.datetime(2026, 12, 1, 12, 0, tzinfo=datetime.UTC)
+
+
+def _pod(name: str, **status) -> V1Pod:
+    return V1Pod(
+        metadata=V1ObjectMeta(name=name),
+        spec=V1PodSpec(containers=[V1Container(name="model")]),
+        status=V1PodStatus(**status),
+    )
+
+
+def _waiting(container: str, reason: str, message: str | None = None, **kw) -> V1ContainerStatus:
+    return V1ContainerStatus(
+        name=container,
+        image="x",
+        image_id="",
+        ready=False,
+        restart_count=0,
+        state=V1ContainerState(waiting=V1ContainerStateWaiting(reason=reason, message=message)),
+        **kw,
+    )
+
+
+def test_replicaset_failed_create_is_quoted_without_the_random_pod_name() -> None:
+    message = (
+        'pods "small-6d4cf7b9c-x2x7k" is forbidden: violates PodSecurity "restricted:latest": '
+        "allowPrivilegeEscalation != false"
+    )
+    deployment = {
+        "metadata": {"name": "small"},
+        "status": {"conditions": [{"type": "ReplicaFailure", "status": "True", "reason": "FailedCreate", "message": message}]},
+    }  # fmt: skip
+    [problem] = failures.deployment(deployment)
+    assert problem.reason == "FailedCreate"
+    assert problem.message == (
+        'Deployment small cannot create pods (FailedCreate): violates PodSecurity "restricted:latest": '
+        "allowPrivilegeEscalation != false"
+    )
+
+
+def test_a_healthy_deployment_and_pods_say_nothing() -> None:
+    deployment = {"metadata": {"name": "p"}, "status": {"conditions": [{"type": "Available", "status": "True"}]}}
+    assert failures.deployment(deployment) == []
+    assert failures.deployment(None) == []
+    running = _pod("p-1", phase="Running", container_statuses=[])
+    assert failures.unschedulable([running], NOW.timestamp(), 2) == []
+    assert failures.containers([running]) == []
+
+
+def test_unschedulable_pods_past_the_threshold_carry_the_schedulers_message_once() -> None:
+    since = NOW - datetime.timedelta(seconds=30)
+    says = "0/5 nodes are available: 5 Insufficient nvidia.com/gpu."
+    cond = V1PodCondition(
+        type="PodScheduled", status="False", reason="Unschedulable", message=says, last_transition_time=since
+    )
+    pods = [_pod(f"p-{i}", phase="Pending", conditions=[cond]) for i in range(2)]
+    [problem] = failures.unschedulable(pods, NOW.timestamp(), threshold_s=10)
+    assert problem.message.startswith("2 pods (p-0, p-1) Pending for over 10 s, the scheduler says: 0/5 nodes")
+    assert "NVIDIA device plugin" in problem.message
+    assert failures.unschedulable(pods, NOW.timestamp(), threshold_s=60) == []  # not yet
+
+
+def test_image_pull_errors_and_crash_loops_name_the_container_and_the_reason() -> None:
+    pulled = _pod(
+        "p-1",
+        phase="Pending",
+        container_statuses=[_waiting("model", "ImagePullBackOff", 'Back-off pulling image "vllm/vllm-openai:v9"')],
+    )
+    crashing = _pod(
+        "p-2",
+        phase="Running",
+        init_container_statuses=[
+            _waiting(
+                "tidegate-admission",
+                "CrashLoopBackOff",
+                "back-off 40s",
+                last_state=V1ContainerState(terminated=V1ContainerStateTerminated(exit_code=137, reason="OOMKilled")),
+            )
+        ],
+    )
+    creating = _pod("p-3", phase="Pending", container_statuses=[_waiting("model", "ContainerCreating")])
+    problems = failures.containers([pulled, crashing, creating])
+    assert [p.reason for p in problems] == ["ImagePull", "CrashLoopBackOff"]
+    assert problems[0].message == (
+        'container model of pod p-1: ImagePullBackOff: Back-off pulling image "vllm/vllm-openai:v9"'
+    )
+    assert problems[1].message == "container tidegate-admission of pod p-2: CrashLoopBackOff: last exit 137 (OOMKilled)"
