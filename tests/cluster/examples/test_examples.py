@@ -123,7 +123,8 @@ def _assert_reconciled(kubectl, namespace: str, pool: dict) -> None:
     assert _get(kubectl, namespace, "service", name)["spec"]["selector"]["tidegate.dev/role"] == "active"
     assert _get(kubectl, namespace, "poddisruptionbudget", name) is not None
     config = yaml.safe_load(_get(kubectl, namespace, "configmap", f"{name}-admission")["data"]["config.yaml"])
-    assert config["admission"]["tokenBudget"] == spec.get("admission", {}).get("tokenBudget", 65536)
+    # Unset in the pool: unset in the sidecar's config too (each sidecar reads it from its model server).
+    assert config["admission"].get("tokenBudget") == spec.get("admission", {}).get("tokenBudget")
     scaled = _get(kubectl, namespace, "scaledobject.keda.sh", name)
     assert scaled["spec"]["maxReplicaCount"] == spec.get("scaling", {}).get("maxReplicas", 8)
 
