@@ -12,8 +12,9 @@ TIDEGATE_SIDECAR_MEMORY          sidecar memory request and limit            256
 TIDEGATE_SCALER_ADDRESS          host:port of the tidegate scaler (gRPC)     tidegate-scaler.tidegate:9090
 TIDEGATE_RESYNC_SECONDS          periodic full reconcile                     30
 TIDEGATE_DRAIN_TIMEOUT_SECONDS   most a draining pod waits before it leaves  pool's requestTimeoutSeconds
-TIDEGATE_GPU_PENDING_SECONDS     Pending this long on a GPU-less node ->     120
-                                 Degraded
+TIDEGATE_GPU_PENDING_SECONDS     a pod unschedulable this long (no GPU node, 120
+                                 a selector nothing matches) -> Degraded
+                                 with the scheduler's message
 TIDEGATE_REQUIRE_SCALER          create ScaledObjects only when the scaler   true
                                  answers gRPC health checks
 TIDEGATE_SCALER_PROBE_TTL_S      how long a scaler health result is cached   10
