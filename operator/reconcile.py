@@ -153,7 +153,7 @@ def _relabel(
             name,
             {constants.LABEL_ROLE: constants.ROLE_WARM},
             {
-                names.ANNOTATION_DO_NOT_DISRUPT: None,
+                names.ANNOTATION_DO_NOT_DISRUPT: "true",  # warm: its loaded model is capacity too
                 names.ANNOTATION_DELETION_COST: str(names.COST_WARM),
                 names.ANNOTATION_DRAINING_SINCE: None,
             },
@@ -163,6 +163,24 @@ def _relabel(
                          (plan.return_to_warm, constants.ROLE_WARM)):  # fmt: skip
         for name in names_:
             push_role(ips.get(name), port, role, token)
+
+
+def _protect(kube: Kube, namespace: str, pods: list[kubernetes.client.V1Pod], plan: warm_pool.Plan) -> None:
+    """``karpenter.sh/do-not-disrupt`` on every replica the plan did not just relabel, warm ones too.
+
+    A warm replica evicted by Karpenter's consolidation or drift reloads its model for minutes, and
+    a new pod may land on a node Karpenter found empty a moment before; pod events reconcile at
+    once, so a new pod carries it within a second of being created. Patched on the pods, not put
+    in the Deployment's template, so adopting it rolls no replica (Karpenter v1 "Disruption",
+    pod-level controls: https://karpenter.sh/docs/concepts/disruption/).
+    """
+    relabelled = {*plan.promote, *plan.drain, *plan.return_to_warm}
+    for pod in pods:
+        meta = pod.metadata
+        if meta.deletion_timestamp or meta.name in relabelled:
+            continue
+        if (meta.annotations or {}).get(names.ANNOTATION_DO_NOT_DISRUPT) != "true":
+            kube.patch_pod(namespace, meta.name, {}, {names.ANNOTATION_DO_NOT_DISRUPT: "true"})
 
 
 def _keda_not_ready(scaled_object: dict[str, Any]) -> str | None:
@@ -330,6 +348,7 @@ def reconcile(
     )
     ips = {p.metadata.name: p.status.pod_ip for p in pods}
     _relabel(kube, ns, plan, now_s, ips, settings.sidecar_port, names.drain_token(pool))
+    _protect(kube, ns, pods, plan)
     events = []
     active_before = plan.active - len(plan.promote) + len(plan.drain)
     if plan.promote:

@@ -4,8 +4,8 @@ Limits default to (max replicas + warm pool + 1 surge) x GPUs per replica, so a 
 pool never waits on its own NodePool's limit. Disruption defaults to ``WhenEmpty`` with a
 budget of one node for every disruption reason (``reasons`` left out: Karpenter reads an empty
 list as "no reason", so a budget written ``reasons: []`` would let it disrupt every node at once),
-and pods on serving replicas carry ``karpenter.sh/do-not-disrupt``, so
-consolidation never takes serving capacity away mid-scale-up.
+and every replica's pod (active, warm, draining) carries ``karpenter.sh/do-not-disrupt``, so
+consolidation and drift only ever take nodes the pool has left empty, never loaded capacity.
 
 Cluster-scoped objects cannot be owned by a namespaced pool: the operator's finalizer deletes it.
 
