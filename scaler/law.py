@@ -100,7 +100,9 @@ class Observation:
     """What the pool's sidecars reported over one window (built by :mod:`tidegate.scaler.rates`).
 
     Counts of pods: ``active`` (role active, ready or not; the HPA's current replicas),
-    ``starting`` (active, not ready yet), ``warm`` (ready, promotable), ``reporting`` (active
+    ``starting`` (active, not ready yet), ``loading`` (not active yet, not ready, beyond the warm
+    pool: replicas on their way to serve, :func:`tidegate.scaler.rates.loading`), ``warm`` (ready,
+    promotable), ``reporting`` (active
     pods with fresh stats and a rate baseline), ``stale`` (names of ready active pods whose stats
     are missing or too old). Rates are per second, summed over ``reporting`` pods; ``window_s``
     is the mean window they cover (0: no pod has a baseline yet). Gauges are summed over active
@@ -109,6 +111,7 @@ class Observation:
 
     active: int
     starting: int = 0
+    loading: int = 0
     warm: int = 0
     reporting: int = 0
     stale: tuple[str, ...] = ()
@@ -249,6 +252,8 @@ def decide(policy: Policy, obs: Observation, state: LawState, now_s: float) -> t
         desired = n
         if obs.stale:
             reason, why = Reason.HOLD_STALE, _stale_text(obs)
+        elif n == 0 and obs.loading:
+            reason, why = Reason.HOLD_WARMUP, f"holding: {obs.loading} replica(s) loading, none active yet"
         elif n == 0:
             reason, why = Reason.IDLE, "no active replicas"
         else:
@@ -313,8 +318,17 @@ def decide(policy: Policy, obs: Observation, state: LawState, now_s: float) -> t
 
 
 def _is_active(obs: Observation, desired: int, rates: bool) -> bool:
-    """IsActive: demand, requests refused or queued, replicas still starting, or data we cannot trust."""
-    if obs.stale or obs.starting or obs.queue_depth or obs.in_flight_tokens:
+    """IsActive: demand, requests refused or queued, replicas still starting or loading, or data we cannot trust.
+
+    With ``minReplicas: 0`` KEDA scales to 0 once this has been False for ``cooldownPeriod``, from
+    any count at once (KEDA v2.21.0 ``pkg/scaling/executor/scale_scaledobjects.go``, scale to zero
+    bypasses the HPA): so a replica still loading its model (longer than the cooldown) keeps it
+    True, and so do two or more active replicas: the HPA brings an idle pool down to one in its
+    ``behavior``'s steps, and only the last replica is KEDA's to take.
+    """
+    if obs.stale or obs.starting or obs.loading or obs.queue_depth or obs.in_flight_tokens:
+        return True
+    if obs.active > 1:
         return True
     if rates and (obs.demand_per_s > 0 or obs.policy_rejected_per_s > 0):
         return True

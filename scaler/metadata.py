@@ -17,6 +17,7 @@ KEDA passes the trigger's whole ``metadata`` map (strings only) in every call as
         maxScaleUpStep: "4"
         scaleDownCooldownSeconds: "300"
         windowSeconds: "60"              # spec.scaling.signal.windowSeconds
+        warmPoolSize: "1"                # spec.warmPool.size (which warm-labelled pods are on their way to serve)
         source: sidecar                  # or prometheus (spec.scaling.signal.source)
         prometheusUrl: http://prometheus.monitoring:9090
 
@@ -51,6 +52,7 @@ class Target:
     pool: str
     scaling: ScalingSpec
     sidecar_port: int = DEFAULT_SIDECAR_PORT
+    warm_pool_size: int | None = None  # spec.warmPool.size; None: a trigger written without it
 
     @property
     def key(self) -> tuple[str, str]:
@@ -115,4 +117,7 @@ def parse(name: str, namespace: str, metadata: dict[str, str]) -> Target:
     port = _convert("sidecarPort", metadata["sidecarPort"], int) if "sidecarPort" in metadata else DEFAULT_SIDECAR_PORT
     if not 1 <= port <= 65535:
         raise MetadataError("sidecarPort", f"{port} is not a TCP port")
-    return Target(namespace=ns, pool=pool, scaling=spec, sidecar_port=port)
+    warm = _convert("warmPoolSize", metadata["warmPoolSize"], int) if "warmPoolSize" in metadata else None
+    if warm is not None and warm < 0:
+        raise MetadataError("warmPoolSize", f"{warm} is negative")
+    return Target(namespace=ns, pool=pool, scaling=spec, sidecar_port=port, warm_pool_size=warm)

@@ -23,6 +23,7 @@ classed here without an edit.
 """
 
 import asyncio
+import dataclasses
 import re
 import time
 from collections.abc import Callable, Mapping
@@ -31,6 +32,7 @@ from typing import Any
 from prometheus_api_client import PrometheusConnect
 
 from tidegate.admission.reasons import CAPACITY_REASONS, POLICY_REASONS
+from tidegate.scaler import rates
 from tidegate.scaler.errors import SourceError
 from tidegate.scaler.law import Observation
 from tidegate.scaler.metadata import Target
@@ -116,15 +118,17 @@ class PrometheusSignals:
         pods = await self.pods.pods(target.namespace, target.pool)
         active = [p for p in pods if p.active]
         warm = sum(1 for p in pods if p.warm and p.ready)
+        loading = rates.loading(pods, target.warm_pool_size)
         if not active:
-            return Observation(active=0, warm=warm)
+            return Observation(active=0, warm=warm, loading=loading)
         qs = queries(
             target.namespace, [p.name for p in active], target.scaling.signal.window_seconds,
             self.namespace_label, self.pod_label,
         )  # fmt: skip
         results = await asyncio.gather(*(asyncio.to_thread(self._query, url, q) for q in qs.values()))
         r = dict(zip(qs, results, strict=True))
-        return self._observation(active, warm, r, float(target.scaling.signal.window_seconds))
+        observation = self._observation(active, warm, r, float(target.scaling.signal.window_seconds))
+        return dataclasses.replace(observation, loading=loading)
 
     def _observation(
         self, active: list, warm: int, r: Mapping[str, list[dict[str, Any]]], window_s: float

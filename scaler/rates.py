@@ -173,6 +173,21 @@ class SampleHistory:
         return sum(len(r) for r in self._by_pod.values())
 
 
+def loading(pods: Iterable[PodInfo], warm_pool_size: int | None) -> int:
+    """Replicas on their way to serving: pods not Ready yet, beyond the pool's warm pool.
+
+    The operator labels every new pod ``warm`` and promotes it to ``active`` once Ready, and keeps
+    ``spec.replicas + warmPool.size`` pods (plus draining ones): so while ``spec.replicas`` is above
+    the active count, the warm-labelled pods beyond ``warm_pool_size`` are loading to serve, not
+    refilling the warm pool. A pool at 1 whose only replica is loading has no active pod yet,
+    and must not look idle to KEDA. ``warm_pool_size`` None (unknown): 0.
+    """
+    if warm_pool_size is None:
+        return 0
+    warm = [p for p in pods if p.warm]
+    return min(sum(1 for p in warm if not p.ready), max(0, len(warm) - warm_pool_size))
+
+
 def observe(
     pods: Iterable[PodInfo],
     current: Mapping[str, Sample],
@@ -180,6 +195,7 @@ def observe(
     now_s: float,
     stale_after_s: float,
     max_window_s: float,
+    warm_pool_size: int | None = None,
 ) -> Observation:
     """Sum one poll of a pool into an :class:`Observation`.
 
@@ -188,8 +204,9 @@ def observe(
     sample (or None). ``now_s``: wall-clock Unix seconds (samples carry the sidecar's wall clock); one older
     than ``stale_after_s`` counts as missing. Only ``active`` pods contribute; warm pods count as
     promotable when ready. A ready active pod without fresh stats is *stale* (the law will not
-    scale down); a not-ready one is *starting*.
+    scale down); a not-ready one is *starting*; :func:`loading` counts the rest on their way.
     """
+    pods = list(pods)
     active = starting = warm = reporting = fresh = 0
     stale: list[str] = []
     windows: list[float] = []
@@ -232,6 +249,7 @@ def observe(
     return Observation(
         active=active,
         starting=starting,
+        loading=loading(pods, warm_pool_size),
         warm=warm,
         reporting=reporting,
         stale=tuple(sorted(stale)),

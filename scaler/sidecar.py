@@ -106,7 +106,15 @@ class SidecarSignals:
         answers = await self._fetch_all(active, target.sidecar_port)
         current = {p.name: s for p, s in zip(active, answers, strict=True) if s is not None}
         baselines = {name: memory.history.baseline(name, snap, window) for name, snap in current.items()}
-        observation = rates.observe(pods, current, baselines, now, self.stale_after_s, max_window_s=2 * window)
+        observation = rates.observe(
+            pods,
+            current,
+            baselines,
+            now,
+            self.stale_after_s,
+            max_window_s=2 * window,
+            warm_pool_size=target.warm_pool_size,
+        )
         for name, snap in current.items():
             memory.history.record(name, snap)
         memory.history.prune((p.name for p in pods), now)

@@ -34,7 +34,9 @@ def trigger_metadata(pool: InferencePool, settings: OperatorSettings) -> dict[st
     """The external trigger's metadata (KEDA passes it to every scaler RPC as ``scalerMetadata``).
 
     ``spec.scaling`` travels flattened (camelCase keys, string values; the format
-    ``tidegate.scaler.metadata`` parses), so any scaler replica answers any call without
+    ``tidegate.scaler.metadata`` parses), with ``spec.warmPool.size`` as ``warmPoolSize`` (which
+    not-yet-Ready pods are loading to serve rather than refilling the warm pool: with
+    ``minReplicas: 0`` they keep IsActive true), so any scaler replica answers any call without
     reading the pool: GetMetricSpec stays static, as KEDA's fallback needs.
     """
     scaling = pool.spec.scaling
@@ -51,6 +53,7 @@ def trigger_metadata(pool: InferencePool, settings: OperatorSettings) -> dict[st
         "scaleDownCooldownSeconds": str(scaling.scale_down_cooldown_seconds),
         "windowSeconds": str(scaling.signal.window_seconds),
         "source": scaling.signal.source.value,
+        "warmPoolSize": str(pool.spec.warm_pool.size),
     }
     if scaling.signal.prometheus_url:
         metadata["prometheusUrl"] = scaling.signal.prometheus_url

@@ -94,7 +94,7 @@ class StubScaler(ScalerHealth):
         class Servicer(pb_grpc.ExternalScalerServicer):
             def IsActive(self, request, context):
                 stub.calls.append(("IsActive", dict(request.scalerMetadata)))
-                return pb.IsActiveResponse(result=stub.desired > 0)
+                return pb.IsActiveResponse(result=stub.is_active())
 
             def GetMetricSpec(self, request, context):
                 stub.calls.append(("GetMetricSpec", dict(request.scalerMetadata)))
@@ -105,10 +105,18 @@ class StubScaler(ScalerHealth):
             def GetMetrics(self, request, context):
                 stub.calls.append(("GetMetrics", dict(request.scaledObjectRef.scalerMetadata)))
                 return pb.GetMetricsResponse(
-                    metricValues=[pb.MetricValue(metricName=request.metricName, metricValueFloat=float(stub.desired))]
+                    metricValues=[pb.MetricValue(metricName=request.metricName, metricValueFloat=stub.metric())]
                 )
 
         pb_grpc.add_ExternalScalerServicer_to_server(Servicer(), self.server)
+
+    def is_active(self) -> bool:
+        """IsActive's answer (subclasses answer otherwise)."""
+        return self.desired > 0
+
+    def metric(self) -> float:
+        """GetMetrics' answer (subclasses answer otherwise)."""
+        return float(self.desired)
 
 
 @pytest.fixture(scope="session")

@@ -7,6 +7,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from tests.component.scaler.conftest import NAMESPACE, POOL, Rig
+from tidegate.scaler.pods import PodInfo
 from tidegate.scaler.proto import externalscaler_pb2 as pb
 
 
@@ -66,6 +67,8 @@ async def test_unlistable_pods_are_unavailable_so_keda_fallback_counts_them(rig:
 
 
 async def test_stream_is_active_pushes_at_once_and_on_change(rig: Rig) -> None:
+    # one replica: with more, an idle pool stays active (the HPA steps it down to one first)
+    rig.source.set(NAMESPACE, POOL, [PodInfo(rig.pods[0].name, rig.pods[0].fake.url)])
     stream = rig.stub.StreamIsActive(rig.ref(minReplicas="0"))
     it = stream.__aiter__()
     assert (await asyncio.wait_for(it.__anext__(), 5)).result is True  # busy: in-flight tokens

@@ -2,7 +2,7 @@
 
 from tests.unit.scaler.helpers import hpa_replicas, obs
 from tidegate.api.scaling import ScalingSpec
-from tidegate.scaler.law import LawState, Policy, Reason, decide, hpa_metric_value
+from tidegate.scaler.law import LawState, Observation, Policy, Reason, decide, hpa_metric_value
 
 WIDE = Policy(min_replicas=1, max_replicas=20)
 
@@ -99,18 +99,30 @@ def test_first_sample_has_no_rate_so_it_holds() -> None:
     assert d.active
 
 
-def test_idle_pool_goes_to_min_after_the_cooldown_and_becomes_inactive() -> None:
+def test_idle_pool_goes_to_min_after_the_cooldown_and_only_its_last_replica_is_inactive() -> None:
     policy = Policy(min_replicas=0, max_replicas=8, scale_down_cooldown_s=60)
     idle = obs(active=2, admitted=0, util=0.0)
     d, state = decide(policy, idle, LawState(), now_s=0)
-    assert d.desired == 2 and d.active is False  # KEDA decides N -> 0 with its own cooldownPeriod
+    # KEDA would take 2 -> 0 at once after its cooldownPeriod: the HPA takes it to 1 first, in steps
+    assert d.desired == 2 and d.active is True
     d, _ = decide(policy, idle, state, now_s=60)
     assert (d.desired, d.reason) == (0, Reason.IDLE)
+    d, _ = decide(policy, obs(active=1, admitted=0, util=0.0), LawState(), now_s=0)
+    assert d.active is False  # KEDA decides 1 -> 0 with its own cooldownPeriod
 
 
 def test_replicas_still_starting_keep_the_pool_active() -> None:
     d, _ = decide(Policy(min_replicas=0), obs(active=1, admitted=0, util=0.0, starting=1), LawState(), now_s=0)
     assert d.active
+
+
+def test_a_replica_loading_before_any_is_active_keeps_the_pool_active() -> None:
+    loading = Observation(active=0, loading=1)
+    d, _ = decide(Policy(min_replicas=0), loading, LawState(), now_s=0)
+    assert d.active and d.reason is Reason.HOLD_WARMUP
+    assert "1 replica(s) loading" in d.text
+    d, _ = decide(Policy(min_replicas=0), Observation(active=0), LawState(), now_s=0)
+    assert not d.active
 
 
 def test_saturated_pool_with_replicas_starting_does_not_double_count() -> None:

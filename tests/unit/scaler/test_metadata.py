@@ -92,3 +92,10 @@ def test_with_fallback_replicas_the_scaledobject_keeps_what_keda_fallback_needs(
     so = builders.scaled_object(InferencePool.model_validate(doc), settings_mod.OperatorSettings())
     assert so["spec"]["fallback"]["replicas"] == 6 and so["spec"]["fallback"]["failureThreshold"] >= 1
     assert {t["metricType"] for t in so["spec"]["triggers"]} == {"AverageValue"}
+
+
+def test_warm_pool_size_travels_and_is_optional() -> None:
+    assert metadata.parse("so", "ml", {"pool": "p", "warmPoolSize": "2"}).warm_pool_size == 2
+    assert metadata.parse("so", "ml", {"pool": "p"}).warm_pool_size is None
+    with pytest.raises(MetadataError, match="warmPoolSize"):
+        metadata.parse("so", "ml", {"pool": "p", "warmPoolSize": "-1"})

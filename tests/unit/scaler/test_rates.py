@@ -143,3 +143,18 @@ def test_a_pod_whose_clock_is_far_ahead_or_whose_stats_froze_is_stale_not_idle()
     assert observe(pods, future, base, now_s=now, stale_after_s=45, max_window_s=120).stale == ("b",)
     frozen = {"a": snap(1000, admitted=20, pod="a"), "b": snap(940, admitted=10, pod="b")}  # same document again
     assert observe(pods, frozen, base, now_s=now - 30, stale_after_s=45, max_window_s=120).stale == ("b",)
+
+
+def test_a_pool_whose_only_replica_is_loading_has_one_loading_and_none_active() -> None:
+    # spec.replicas 1, warmPool 0: the Deployment's one pod is labelled warm until Ready (then promoted).
+    obs = observe([PodInfo("p0", role="warm", ready=False, ip="10.0.0.1")], {}, {}, 100.0, 30.0, 600.0, 0)
+    assert (obs.active, obs.starting, obs.loading, obs.warm) == (0, 0, 1, 0)
+
+
+def test_pods_refilling_the_warm_pool_are_not_loading_to_serve() -> None:
+    refill = [PodInfo("w0", role="warm", ready=False), PodInfo("w1", role="warm", ready=True)]
+    assert observe(refill, {}, {}, 100.0, 30.0, 600.0, warm_pool_size=2).loading == 0
+    # one place beyond the warm pool of 1: the not-ready pod is the one on its way to serve
+    assert observe(refill, {}, {}, 100.0, 30.0, 600.0, warm_pool_size=1).loading == 1
+    # a trigger written without warmPoolSize: unknown, counted as before (none)
+    assert observe(refill, {}, {}, 100.0, 30.0, 600.0).loading == 0
