@@ -121,8 +121,10 @@ def test_a_karpenter_node_without_its_gpu_degrades_the_pool_and_is_never_warm_ca
         )
         print(f"\nDegraded: {degraded['message']}")
         assert "device plugin" in degraded["message"], degraded
+        launched = {n.metadata.name for n in nodes()}
         since = time.monotonic()
         while time.monotonic() - since < HELD_S:
+            assert {n.metadata.name for n in nodes()} == launched, "Karpenter launched more nodes"
             status = pool()["status"]
             assert (status.get("readyReplicas"), status.get("warmReplicas")) == (0, 0), status
             assert all(not p.spec.node_name for p in pods()), "a pod was placed on a node without a GPU"

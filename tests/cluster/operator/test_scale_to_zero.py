@@ -4,11 +4,14 @@ At ``minReplicas: 0`` KEDA's own loop polls the scaler's IsActive every ``pollin
 once it has been False for ``cooldownPeriod``, writes ``/scale`` 0 itself, from whatever count
 the pool has (KEDA ``pkg/scaling/executor/scale_scaledobjects.go``; the HPA and its ``behavior``
 are bypassed). So IsActive must stay True while a replica is on its way to serving, and while
-more than one replica is active (the HPA takes an idle pool down to one, in its steps).
+more than one replica is active (the HPA takes an idle pool down to one, in its steps). A
+ScaledObject never yet active is scaled to 0 once ``initialCooldownPeriod`` has passed since its
+creation (its ``cooldownPeriod`` counts from the last active answer: same file,
+``scaleToZeroOrIdle``).
 
 Time is shortened through the pool spec, as the API allows: ``scaleDownCooldownSeconds: 0``
 (KEDA's ``cooldownPeriod`` is then 30 s, the operator's floor), ``pollingIntervalSeconds: 2``,
-``server.startupTimeoutSeconds: 10`` (KEDA's ``initialCooldownPeriod``).
+``server.startupTimeoutSeconds`` 10 to 40 s (KEDA's ``initialCooldownPeriod``; 600 s by default).
 """
 
 import itertools
@@ -223,5 +226,65 @@ def test_an_idle_pool_of_three_steps_down_and_only_its_last_replica_goes_to_zero
         assert seen[-1] >= 1, f"/scale went {seen}"
     finally:
         _delete_pool(custom, namespace, "idle")
+        stop_operator(operator)
+        scaler.stop()
+
+
+@pytest.mark.timeout(420)
+def test_a_warm_pool_is_not_scaled_to_zero_the_moment_its_scaled_object_appears(
+    cluster_env, api_client, scaler_decisions, namespace: str, tmp_path
+) -> None:
+    # Input: pool "warm" serving 1 ready replica with scaling.keda false, minReplicas 0, idle; then
+    # scaling.keda turns true and the operator writes its ScaledObject. A stub scaler answers
+    # what the real law answers for an idle pool of one (IsActive False). Expected: KEDA leaves
+    # /scale at 1 for its initialCooldownPeriod (the operator writes server.startupTimeoutSeconds,
+    # here 40 s; KEDA's default is 0: at once), then, the pool still idle, takes it to 0.
+    initial_s = 4 * INITIAL_COOLDOWN_S
+    custom = kubernetes.client.CustomObjectsApi(api_client)
+    body = valid_pool("warm")
+    body["spec"].update(
+        replicas=1,
+        warmPool={"size": 0},
+        server={"image": "vllm/vllm-openai:v0.11.0", "startupTimeoutSeconds": initial_s},
+        scaling=_scaling(maxReplicas=2, keda=False),
+    )
+
+    def pool() -> dict:
+        return custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "warm")
+
+    spec = InferencePool.model_validate({**body, "metadata": {"name": "warm", "namespace": namespace}}).spec
+    scaler = LawScaler(law.Policy.from_spec(spec.scaling), lambda: pool().get("status", {}).get("replicas", 0))
+    scaler.start()
+    env = operator_env(cluster_env, api_client, scaler, tmp_path, scaler_decisions.url)
+    operator = start_operator(env, tmp_path / "operator.log")
+    custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body)
+
+    def scaled_object() -> dict | None:
+        items = custom.list_namespaced_custom_object("keda.sh", "v1alpha1", namespace, "scaledobjects")["items"]
+        return items[0] if items else None
+
+    try:
+        wait_for(lambda: pool().get("status", {}).get("readyReplicas") == 1, timeout_s=90, interval_s=1, what="1 ready")
+        assert scaled_object() is None
+        custom.patch_namespaced_custom_object(
+            GROUP, VERSION, namespace, PLURAL, "warm", {"spec": {"scaling": {"keda": True}}}
+        )
+        so = wait_for(scaled_object, timeout_s=60, interval_s=0.5, what="the ScaledObject")
+        appeared = time.monotonic()
+        assert so["spec"]["initialCooldownPeriod"] == initial_s
+        while time.monotonic() - appeared < initial_s - 5:
+            assert pool()["spec"]["replicas"] == 1, (
+                f"KEDA scaled the warm pool to 0 {time.monotonic() - appeared:.0f} s after its ScaledObject appeared"
+            )
+            time.sleep(0.5)
+        wait_for(
+            lambda: pool()["spec"]["replicas"] == 0,
+            timeout_s=KEDA_COOLDOWN_S + 60,
+            interval_s=0.5,
+            what="the idle pool at 0 once initialCooldownPeriod has passed",
+        )
+        print(f"\n/scale 1 -> 0 {time.monotonic() - appeared:.0f} s after the ScaledObject appeared")
+    finally:
+        _delete_pool(custom, namespace, "warm")
         stop_operator(operator)
         scaler.stop()
