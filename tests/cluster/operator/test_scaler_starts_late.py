@@ -18,6 +18,10 @@ Expected, from the real KEDA v2.21.0 and the real HPA controller (e2e/cluster/cl
   HPA with the one External metric, and the HPA writes the pool's ``/scale`` to DESIRED from the
   scaler's answer: ScalingActive=True (ValidMetricFound), the ScaledObject and HPA never edited
   by hand or recreated.
+
+With the operator's default (``TIDEGATE_REQUIRE_SCALER=true``) the ScaledObject is not written
+until the scaler answers its health check, so KEDA meets it with the scaler up and builds the HPA
+at once: the second test.
 """
 
 import socket
@@ -156,6 +160,70 @@ def test_scaled_object_written_before_the_scaler_listens_gets_the_external_metri
             lambda: not custom.list_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL)["items"],
             timeout_s=90,
             what="pool late deleted",
+        )
+        if scaler:
+            scaler.stop()
+
+
+@pytest.fixture
+def operator_waiting_for_the_scaler(cluster_env, api_client, scaler_decisions, scaler_port, tmp_path) -> Iterator[None]:
+    address = types.SimpleNamespace(address=f"127.0.0.1:{scaler_port}")
+    env = operator_env(cluster_env, api_client, address, tmp_path, scaler_decisions.url)  # requireScaler: default
+    proc = start_operator(env, tmp_path / "operator.log")
+    try:
+        yield
+    finally:
+        stop_operator(proc)
+
+
+@pytest.mark.timeout(420)
+def test_by_default_the_scaled_object_waits_for_the_scaler_and_the_hpa_follows_at_once(
+    api_client, namespace: str, operator_waiting_for_the_scaler, scaler_port: int
+) -> None:
+    # Input: the same start, with the operator's default (TIDEGATE_REQUIRE_SCALER=true, chart
+    # operator.requireScaler). Expected: no ScaledObject while the scaler does not answer its
+    # health check, and the pool says why (ScalerReachable=False, HealthCheckFailed); once it
+    # answers, the ScaledObject is written, and the real KEDA builds the External-metric HPA
+    # straight away (none of KEDA's retry back-off), which writes /scale DESIRED.
+    custom = kubernetes.client.CustomObjectsApi(api_client)
+    body = valid_pool("guarded")
+    body["spec"].update(replicas=1, warmPool={"size": 0}, scaling={"minReplicas": 1, "maxReplicas": 6})
+    custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body)
+
+    def pool() -> dict:
+        return custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "guarded")
+
+    def scaled_objects() -> list[dict]:
+        return custom.list_namespaced_custom_object("keda.sh", "v1alpha1", namespace, "scaledobjects")["items"]
+
+    scaler = None
+    try:
+        cond = wait_for(
+            lambda: next(
+                (c for c in pool().get("status", {}).get("conditions", []) if c["type"] == "ScalerReachable"), None
+            ),
+            timeout_s=60,
+            interval_s=1,
+            what="ScalerReachable on the pool",
+        )
+        assert (cond["status"], cond["reason"]) == ("False", "HealthCheckFailed"), cond
+        since = time.monotonic()
+        while time.monotonic() - since < 15:
+            assert not scaled_objects(), "a ScaledObject before the scaler answers"
+            time.sleep(1)
+
+        scaler = StubScaler(desired=DESIRED, port=scaler_port).start()
+        up = time.monotonic()
+        wait_for(lambda: pool()["spec"]["replicas"] == DESIRED, timeout_s=90, interval_s=1, what=f"/scale {DESIRED}")
+        (metric,) = _hpa_metrics(api_client, namespace)["keda-hpa-guarded"]
+        assert metric["type"] == "External", metric
+        print(f"\n/scale {DESIRED} written {time.monotonic() - up:.0f} s after the scaler answered")
+    finally:
+        custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "guarded")
+        wait_for(
+            lambda: not custom.list_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL)["items"],
+            timeout_s=90,
+            what="pool guarded deleted",
         )
         if scaler:
             scaler.stop()
