@@ -116,6 +116,58 @@ def push_role(ip: str | None, port: int, role: str, token: str | None, timeout_s
         return False
 
 
+@dataclass(frozen=True)
+class AfterDrain:
+    """Where the replicas that finished draining this reconcile go (pod names)."""
+
+    returned: list[str]  # kept as warm replicas
+    removed: list[str]  # the warm pool is full: the ReplicaSet deletes these
+    room: int  # warm replicas the warm pool still lacked (>= 0)
+
+
+def after_drain(views: list[warm_pool.PodView], plan: warm_pool.Plan, warm_size: int) -> AfterDrain:
+    """Split ``plan.return_to_warm`` into the replicas the warm pool keeps and those it has no room for.
+
+    The planner relabels every drained replica ``warm`` and lowers the Deployment by as many, so a
+    pool that shrinks by more replicas than its warm pool lacks deletes the surplus. The
+    ReplicaSet deletes not-Ready pods first and then the lowest pod-deletion-cost (kube-controller
+    -manager's ``ActivePodsWithRanks``; https://kubernetes.io/docs/concepts/workloads/controllers/replicaset/#pod-deletion-cost).
+    The room is the warm pool's size less its Ready warm replicas (a loading one goes before any
+    Ready one); drained replicas fill it Ready first, then longest-lived, and the rest keep the
+    draining cost, so they are the Ready pods deleted. Pure.
+    """
+    promoted = set(plan.promote)
+    ready_warm = sum(
+        1
+        for v in views
+        if v.ready
+        and not v.deleting
+        and v.name not in promoted
+        and v.role not in (constants.ROLE_ACTIVE, constants.ROLE_DRAINING)
+    )
+    room = max(0, warm_size - ready_warm)
+    by_name = {v.name: v for v in views}
+    drained = sorted(
+        plan.return_to_warm, key=lambda n: (not by_name[n].ready, by_name[n].created_s) if n in by_name else (True, 0.0)
+    )
+    return AfterDrain(returned=drained[:room], removed=drained[room:], room=room)
+
+
+def after_drain_events(after: AfterDrain, warm_size: int) -> list[str]:
+    """The Event messages for :func:`after_drain`'s split (empty when nothing finished draining)."""
+    events = []
+    if after.returned:
+        events.append(
+            f"{len(after.returned)} drained replica(s) returned to the warm pool: {', '.join(after.returned)}"
+        )
+    if after.removed:
+        events.append(
+            f"{len(after.removed)} drained replica(s) removed, the warm pool of {warm_size} being full: "
+            f"{', '.join(after.removed)}"
+        )
+    return events
+
+
 def _relabel(
     kube: Kube,
     namespace: str,
@@ -124,6 +176,7 @@ def _relabel(
     ips: dict[str, str | None] | None = None,
     port: int = 0,
     token: str | None = None,
+    removed: frozenset[str] = frozenset(),
 ) -> None:
     for name in plan.promote:
         kube.patch_pod(
@@ -148,13 +201,16 @@ def _relabel(
             },
         )
     for name in plan.return_to_warm:
+        # One the warm pool has no room for keeps the draining cost: the ReplicaSet deletes it,
+        # not a warm replica. Labelled warm all the same, so it is never drained twice.
+        cost = names.COST_DRAINING if name in removed else names.COST_WARM
         kube.patch_pod(
             namespace,
             name,
             {constants.LABEL_ROLE: constants.ROLE_WARM},
             {
                 names.ANNOTATION_DO_NOT_DISRUPT: "true",  # warm: its loaded model is capacity too
-                names.ANNOTATION_DELETION_COST: str(names.COST_WARM),
+                names.ANNOTATION_DELETION_COST: str(cost),
                 names.ANNOTATION_DRAINING_SINCE: None,
             },
         )
@@ -339,15 +395,11 @@ def reconcile(
     # minReplicas is the floor: a pool applied with replicas below it (the default 1 under
     # minReplicas: 2, before any autoscaler wrote) serves minReplicas, and says so.
     desired_active, below_min = _desired_active(pool)
-    plan = warm_pool.plan(
-        (pod_view(p, settings.sidecar_port) for p in pods),
-        desired_active,
-        pool.spec.warm_pool.size,
-        now_s,
-        drain_timeout,
-    )
+    views = [pod_view(p, settings.sidecar_port) for p in pods]
+    plan = warm_pool.plan(views, desired_active, pool.spec.warm_pool.size, now_s, drain_timeout)
+    after = after_drain(views, plan, pool.spec.warm_pool.size)
     ips = {p.metadata.name: p.status.pod_ip for p in pods}
-    _relabel(kube, ns, plan, now_s, ips, settings.sidecar_port, names.drain_token(pool))
+    _relabel(kube, ns, plan, now_s, ips, settings.sidecar_port, names.drain_token(pool), frozenset(after.removed))
     _protect(kube, ns, pods, plan)
     events = []
     active_before = plan.active - len(plan.promote) + len(plan.drain)
@@ -355,8 +407,7 @@ def reconcile(
         events.append(f"promoted {len(plan.promote)} warm replica(s): {active_before} -> {plan.active} active")
     if plan.drain:
         events.append(f"draining {len(plan.drain)} replica(s): {active_before} -> {plan.active} active")
-    if plan.return_to_warm:
-        events.append(f"{len(plan.return_to_warm)} drained replica(s) returned to the warm pool")
+    events += after_drain_events(after, pool.spec.warm_pool.size)
     problems: list[Problem] = []
     for manifest in (
         builders.admission_config_map(pool),
