@@ -7,7 +7,9 @@ metadata as ``scalerMetadata``. The metric goes through the HPA's algorithm (:cl
 tolerance, the behaviour of :func:`behavior`; ``currentReplicas`` is the scale's ``spec.replicas``, as
 in the HPA controller), and a changed count is written to the pool's ``spec.replicas``.
 IsActive only matters for 0 <-> 1, which the demo never does (``minReplicas`` >= 1); it is called
-and recorded anyway, as KEDA would.
+and recorded anyway, as KEDA would. Each write is recorded with the decision behind its metric
+(IsActive decides afresh) and, when the HPA wrote other than the metric asked, why
+(:func:`hpa_note`: a behaviour policy, the stabilisation window, min/maxReplicas).
 """
 
 import logging
@@ -46,6 +48,49 @@ def behavior(s: scenario.DemoSettings) -> dict[str, Any]:
     }
 
 
+def hpa_note(
+    s: scenario.DemoSettings,
+    events: list[ScaleEvent],
+    asked_history: list[tuple[float, int]],
+    now_s: float,
+    before: int,
+    after: int,
+    asked: int,
+) -> str:
+    """Why the HPA wrote ``after`` replicas and not the ``asked`` the scaler's metric recommends
+    (``ceil(metric / target)``); empty when it wrote what was asked.
+
+    ``events``: the earlier writes; ``asked_history``: ``(time_s, asked)`` of every sync, this one
+    included. Mirrors :class:`tidegate.sim.simulate.hpa.Hpa` under :func:`behavior` (Kubernetes
+    "Configurable scaling behavior": a policy bounds the change over its ``periodSeconds``; scale-down
+    goes no lower than the highest recommendation of its stabilisation window). Pure.
+    """
+    if after == asked:
+        return ""
+    rules = behavior(s)
+    up = asked > after
+    if up and after >= s.max_replicas:
+        return f"HPA: held at maxReplicas {s.max_replicas} (the scaler asked {asked})"
+    if not up and after <= s.replicas:
+        return f"HPA: held at minReplicas {s.replicas} (the scaler asked {asked})"
+    why = []
+    if not up:
+        window = rules["scaleDown"]["stabilizationWindowSeconds"]
+        highest = max((a for t, a in asked_history if t > now_s - window), default=asked)
+        if after == highest:
+            why.append(f"scale-down stabilisation: {highest} was asked within the last {window:g} s")
+    policy = rules["scaleUp" if up else "scaleDown"]["policies"][0]
+    period, step = policy["periodSeconds"], policy["value"]
+    # As the HPA does: the policy bounds the change from the count at the start of its period.
+    moved = sum(abs(e.after - e.before) for e in events if (e.after > e.before) == up and e.t_s > now_s - period)
+    if after == (before - moved + step if up else before + moved - step):
+        why.append(
+            f"{'scaleUp' if up else 'scaleDown'} policy: at most {step} pod(s) per {period:g} s"
+            + (f", {moved} {'added' if up else 'removed'} in the last {period:g} s" if moved else "")
+        )
+    return f"HPA {' and '.join(why) or f'wrote {after}'} (the scaler asked {asked})"
+
+
 class KedaStandIn:
     """One ScaledObject's worth of KEDA + HPA against the scaler at ``address`` (``HOST:PORT``).
 
@@ -76,6 +121,7 @@ class KedaStandIn:
         self.target = 1.0
         self.active = True
         self.metric = 0.0
+        self._asked: list[tuple[float, int]] = []  # (time_s, the metric's recommendation), for hpa_note
 
     async def setup(self) -> None:
         """GetMetricSpec: the metric's name and target (the HPA is built from it)."""
@@ -89,6 +135,7 @@ class KedaStandIn:
         request = pb.GetMetricsRequest(scaledObjectRef=self.ref, metricName=self.metric_name)
         try:
             answer = await self.stub.GetMetrics(request, timeout=5.0)
+            text = self.decision_text()  # the decision behind this metric; IsActive decides afresh
             self.active = (await self.stub.IsActive(self.ref, timeout=5.0)).result
         except grpc.aio.AioRpcError as exc:  # KEDA keeps the current count (and counts toward fallback)
             log.warning("scaler call failed: %s %s", exc.code(), exc.details())
@@ -97,11 +144,13 @@ class KedaStandIn:
         self.metric = value.metricValueFloat if value.metricValueFloat > 0 else float(value.metricValue)
         now = self.clock()
         current = self.pool.spec_replicas  # the HPA's currentReplicas is the scale's spec.replicas
+        asked = self.hpa.recommend(self.metric, self.target, MetricType.AVERAGE_VALUE, current)
+        self._asked = [(t, a) for t, a in self._asked if t > now - self.s.cooldown_s] + [(now, asked)]
         desired = self.hpa.sync(now, self.metric, self.target, MetricType.AVERAGE_VALUE, current)
-        text = self.decision_text()
         self.timeline.last_decision = text
-        if desired != self.pool.spec_replicas:
-            self.timeline.scale_events.append(ScaleEvent(now, self.pool.spec_replicas, desired, text))
+        if desired != current:
+            note = hpa_note(self.s, self.timeline.scale_events, self._asked, now, current, desired, asked)
+            self.timeline.scale_events.append(ScaleEvent(now, current, desired, text, note))
             self.pool.scale(desired)
 
     async def close(self) -> None:

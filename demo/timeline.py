@@ -61,12 +61,15 @@ class ReplicaSample:
 
 @dataclass(frozen=True)
 class ScaleEvent:
-    """A write of spec.replicas by the HPA stand-in, with the scaler's decision text at the time."""
+    """A write of spec.replicas by the HPA stand-in, with the scaler's decision text at the time and,
+    when the HPA wrote other than the scaler's metric asked, why (``hpa``: its step policy, its
+    stabilisation window, min/maxReplicas)."""
 
     t_s: float
     before: int
     after: int
     text: str
+    hpa: str = ""
 
 
 @dataclass(frozen=True)

@@ -101,7 +101,10 @@ class LiveView:
             f"[red]{rep.starting}[/] · desired (spec.replicas) [bold]{rep.desired}[/] · GPUs held {rep.pods}\n"
             f"p99 TTFT, interactive ({WINDOW_S} s): [bold]{_secs(p99)}[/] (SLO {slo:g} s)"
         )
-        events = [f"t={e.t_s:5.1f}s scale {e.before} -> {e.after}" for e in self.timeline.scale_events[-3:]] + [
+        events = [
+            f"t={e.t_s:5.1f}s scale {e.before} -> {e.after}" + (f" ({e.hpa})" if e.hpa else "")
+            for e in self.timeline.scale_events[-3:]
+        ] + [
             f"t={p.t_s:5.1f}s {p.pod} serving ({p.kind}, {p.seconds:.1f} s after the scale write)"
             for p in self.timeline.promotions[-3:]
         ]
@@ -143,12 +146,14 @@ def print_summary(settings: scenario.DemoSettings, timeline: Timeline, console: 
                   _secs(ps.p99_ttft_s), f"{ps.serving_min}-{ps.serving_max}", str(ps.desired_max))  # fmt: skip
     console.print(t)
     d = Table(
-        title="Scale decisions (spec.replicas written by the HPA stand-in; the scaler's reason)", box=box.SIMPLE_HEAD
+        title="Scale decisions (spec.replicas written by the HPA stand-in; the scaler's reason; why the HPA "
+        "wrote a different count, where it did)",
+        box=box.SIMPLE_HEAD,
     )
-    for col in ("t", "replicas", "scaler's decision"):
+    for col in ("t", "replicas", "scaler's decision", "HPA"):
         d.add_column(col)
     for e in timeline.scale_events:
-        d.add_row(f"{e.t_s:.1f} s", f"{e.before} -> {e.after}", e.text)
+        d.add_row(f"{e.t_s:.1f} s", f"{e.before} -> {e.after}", e.text, e.hpa)
     console.print(d)
     pr = Table(title="Promotions (scale write -> serving)", box=box.SIMPLE_HEAD)
     for col in ("t", "pod", "kind", "seconds"):

@@ -55,7 +55,13 @@ async def test_short_demo_shows_the_loop_and_cleans_up(tmp_path) -> None:
     assert "t=" in text and "offered" in text  # --no-live progress lines
     for title in ("What happened, phase by phase", "Scale decisions", "Promotions", "GPU-seconds"):
         assert title in text
-    assert "✓ spike:" in text and "✗" not in text, text[-3000:]
+    # Every claim holds but the TTFT one, which the machine's speed decides: its mark must match its number.
+    checklist = [line for line in text.splitlines() if line[:2] in ("✓ ", "✗ ")]
+    ttft = [line for line in checklist if "interactive p99 TTFT" in line]
+    assert len(ttft) == 1 and all(line.startswith("✓ ") for line in checklist if line not in ttft), checklist
+    p99 = tl.phase_summary(spike.start_s, spike.end_s).p99_ttft_s
+    within = p99 is not None and p99 <= settings.size.interactive_slo_ms / 1000
+    assert ttft[0].startswith("✓ " if within else "✗ "), (ttft, p99)
 
     # nothing left behind: every server closed, no task still running
     assert result.addresses and not [u for u in result.addresses if _port_open(u)]
