@@ -117,7 +117,7 @@ def _frontier(args: argparse.Namespace) -> int:
     import json
     import time
 
-    from tidegate.sim.simulate import frontier, policies, scenario
+    from tidegate.sim.simulate import frontier, scenario
 
     names = args.scenarios.split(",") if args.scenarios else scenario.builtin_names()
     pols = args.policies.split(",") if args.policies else []
@@ -128,16 +128,13 @@ def _frontier(args: argparse.Namespace) -> int:
         return _frontier_report(frontier.points(runs), sorted({r.seed for r in runs}), overrides, out, args.no_plots)
     try:
         seeds = [int(s) for s in args.seeds.split(",")]
-        todo = frontier.tasks(names, args.grid, seeds, overrides, pols)
-        for name in {t.policy for t in todo}:
-            policies.make(name)
-        for name in names:  # every configuration is checked before hours of runs, not in the middle of them
-            sc = overrides.apply(scenario.load(name))
-            for config in {t.config for t in todo}:
-                frontier.configure(sc, config)
+        skipped: list[str] = []  # every configuration is checked before hours of runs, not in the middle of them
+        todo = frontier.tasks(names, args.grid, seeds, overrides, pols, skipped=skipped)
     except (ValueError, scenario.ScenarioError) as exc:  # FrontierError, UnknownPolicy, a bad --seeds
         print(f"tidegate simulate: {exc}", file=sys.stderr)
         return 2
+    for line in skipped:
+        print(f"tidegate simulate: skipped {line}", file=sys.stderr)
     out.mkdir(parents=True, exist_ok=True)
     partial = (out / "runs.jsonl").open("w")  # one line per finished run: a sweep cut short keeps what it ran
     started = time.monotonic()

@@ -210,11 +210,20 @@ def configure(sc: Scenario, config: Config) -> Scenario:
 
 
 def tasks(
-    scenarios: list[str], grid: str, seeds: Iterable[int], overrides: Overrides = Overrides(), pols: Iterable[str] = ()
+    scenarios: list[str],
+    grid: str,
+    seeds: Iterable[int],
+    overrides: Overrides = Overrides(),
+    pols: Iterable[str] = (),
+    skipped: list[str] | None = None,
 ) -> list[Task]:
     """Every (scenario, policy, configuration, seed) of ``grid``; tidegate's default always included.
 
-    Raises :class:`FrontierError`, :class:`~.scenario.ScenarioError` (a scenario that does not load).
+    A configuration the pool's spec refuses on a scenario (a warm pool larger than its
+    ``maxReplicas``: the whole ``InferencePool`` is validated, as ``kubectl apply`` would) is left
+    out, and said in ``skipped`` when given: one grid serves scenarios of every size. Raises
+    :class:`FrontierError`, :class:`~.scenario.ScenarioError` (a scenario that does not load),
+    :class:`~.policies.UnknownPolicy`.
     """
     if grid not in GRIDS:
         raise FrontierError(f"unknown grid {grid!r} (known: {', '.join(GRIDS)})")
@@ -228,8 +237,25 @@ def tasks(
             if policy == "tidegate":
                 # the default once, as (): a grid point that only restates it would run it twice
                 configs = [(), *(c for c in configs if c and configure(as_written, c) != as_written)]
-            out += [Task(name, policy, c, s, overrides) for c in configs for s in seeds]
+            for config in configs:
+                refused = _refusal(as_written, policy, config)
+                if refused:
+                    if skipped is not None:
+                        skipped.append(f"{as_written.name}: {config_label(policy, config)}: {refused}")
+                    continue
+                out += [Task(name, policy, config, s, overrides) for s in seeds]
     return out
+
+
+def _refusal(sc: Scenario, policy: str, config: Config) -> str:
+    """Why the pool's spec refuses ``config`` on ``sc`` ("" when it does not)."""
+    try:
+        policies.make(policy).hpa_behavior(configure(sc, config))  # tidegate: validates the InferencePool
+    except FrontierError as exc:
+        return str(exc).splitlines()[0]
+    except ValueError as exc:  # pydantic.ValidationError
+        return next((line.strip() for line in str(exc).splitlines() if "Value error" in line), str(exc).splitlines()[0])
+    return ""
 
 
 @lru_cache(maxsize=16)
@@ -267,8 +293,13 @@ def run_all(todo: list[Task], jobs: int = 1, on_run: Callable[[Run, int, int], N
         order = sorted(range(len(todo)), key=lambda i: (todo[i].policy != "tidegate", i))
         with ProcessPoolExecutor(max_workers=jobs) as pool:
             futures = {pool.submit(run_one, todo[i]): i for i in order}
-            for future in as_completed(futures):
-                record(futures[future], future.result())
+            try:
+                for future in as_completed(futures):
+                    record(futures[future], future.result())
+            except BaseException:
+                # one failed run ends the sweep now, not after every other run has been simulated
+                pool.shutdown(wait=False, cancel_futures=True)
+                raise
     return [r for r in results if r is not None]
 
 

@@ -110,6 +110,22 @@ def test_every_grid_configuration_is_valid_on_every_builtin_scenario() -> None:
             policies.make(task.policy)
 
 
+def test_a_configuration_the_pool_spec_refuses_is_skipped_and_said(tiny) -> None:
+    small = frontier.configure(tiny, (("maxReplicas", 2),))
+    assert "warmPool.size must be <= scaling.maxReplicas" in frontier._refusal(small, "tidegate", (("warm_pool", 4),))
+    assert frontier._refusal(small, "tidegate", (("warm_pool", 2),)) == ""
+    skipped: list[str] = []
+    todo = frontier.tasks(["mixed-34b-a100"], "full", [0], pols=["tidegate"], skipped=skipped)  # maxReplicas 2
+    assert (("warm_pool", 4),) not in {t.config for t in todo} and (("warm_pool", 2),) in {t.config for t in todo}
+    assert any("tidegate[warm_pool=4]" in line and "maxReplicas" in line for line in skipped)
+
+
+def test_a_failed_run_fails_the_sweep(tiny) -> None:
+    bad = frontier.Task("steady", "queue", (("magic", 1),), 0)
+    with pytest.raises(frontier.FrontierError, match="unknown knob"):
+        frontier.run_all([bad, bad], jobs=2)
+
+
 def test_tidegates_default_is_run_once_even_when_the_grid_contains_it() -> None:
     todo = frontier.tasks(["spike"], "full", [0, 1], pols=["tidegate"])
     configs = [frontier.configure(scenario.load("spike"), t.config) for t in todo if t.seed == 0]
