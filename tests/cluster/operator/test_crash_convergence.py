@@ -19,7 +19,9 @@ POOLS = {"alpha": (2, 1), "beta": (1, 2), "gamma": (3, 0)}  # name -> (replicas,
 
 def _pool(name: str, replicas: int, warm: int) -> dict[str, Any]:
     body = valid_pool(name)
-    body["spec"].update({"replicas": replicas, "warmPool": {"size": warm}})
+    # minReplicas 0: the random /scale writes include 0, which the operator serves only when the
+    # pool allows it (it holds spec.replicas within scaling.minReplicas..maxReplicas)
+    body["spec"].update({"replicas": replicas, "warmPool": {"size": warm}, "scaling": {"minReplicas": 0}})
     return body
 
 
