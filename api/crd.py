@@ -114,7 +114,9 @@ NAME_VALIDATIONS = [
         "reason": "FieldValueInvalid",
     },
     {
-        "rule": f"{_NAME}.matches('^[a-z]')",
+        # only a leading digit is left to refuse: the API server's own DNS-1123 check has already
+        # refused capitals and a leading '-' (with its own message; "start with a letter" would be wrong)
+        "rule": f"!{_NAME}.matches('^[0-9]')",
         "message": f"{_NAME_RULE}; it must start with a letter",
         "messageExpression": f"\"{_NAME_RULE}; it must start with a letter; try pool-\" + {_NAME}.replace('.', '-')",
         "fieldPath": ".metadata.name",
@@ -123,7 +125,7 @@ NAME_VALIDATIONS = [
     {
         "rule": f"size({_NAME}) <= {POOL_NAME_MAX}",
         # A static message: the cost estimator prices string(int) beyond the budget.
-        "message": f"{_NAME_RULE}; this name is longer",
+        "message": f"{_NAME_RULE}; this name has more: shorten it",
         "fieldPath": ".metadata.name",
         "reason": "FieldValueInvalid",
     },

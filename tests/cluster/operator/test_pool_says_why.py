@@ -83,6 +83,16 @@ def test_a_name_that_cannot_be_a_service_name_is_refused_at_apply_saying_what_is
     assert "lowercase letters, digits and '-'" in result.stderr
 
 
+def test_a_name_with_a_capital_is_refused_by_the_api_server_without_a_wrong_hint(kubectl, namespace: str) -> None:
+    # Capitals fail the API server's own DNS-1123 check; tidegate's rules must not add a wrong
+    # "it must start with a letter; try pool-Llama-8b" (a fresh user met that: it starts with one).
+    manifest = (EXAMPLES / "minimal.yaml").read_text().replace("name: small", "name: Llama-8b")
+    result = kubectl("apply", "-n", namespace, "-f", "-", stdin=manifest, check=False)
+    assert result.returncode != 0, result.stdout
+    assert "RFC 1123" in result.stderr, result.stderr
+    assert "start with a letter" not in result.stderr and "try pool-" not in result.stderr, result.stderr
+
+
 def test_a_54_character_name_is_accepted_and_every_child_made_from_it_is_too(api_client, namespace: str) -> None:
     # The longest allowed: KEDA's webhook refuses a ScaledObject whose HPA keda-hpa-<name> is over 63.
     name = "l" + "-x" * 26 + "z"  # 54 characters
