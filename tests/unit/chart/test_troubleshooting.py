@@ -17,7 +17,9 @@ from tidegate.scaler.law import Reason as LawReason
 
 REPO = pathlib.Path(__file__).resolve().parents[3]
 DOC = (REPO / "docs/troubleshooting.md").read_text()
-KUBERNETES_REASONS = {"ErrImagePull"}  # the kubelet's, on a container that cannot pull its image
+# Kubernetes' own reasons, which the operator's Warning Events repeat: the kubelet's on a container that
+# cannot pull its image, the ReplicaSet controller's when it cannot create pods, the scheduler's
+KUBERNETES_REASONS = {"ErrImagePull", "FailedCreate", "Unschedulable"}
 
 
 def _condition_reasons() -> set[str]:
