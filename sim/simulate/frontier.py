@@ -371,7 +371,12 @@ def dominators(pts: Iterable[Point], default: Point) -> list[Point]:
 
 
 def _by_policy(pts: list[Point]) -> Iterator[tuple[str, list[Point]]]:
-    order = list(dict.fromkeys(p.policy for p in pts))
+    """Points by policy: tidegate, then the baselines in :data:`~.policies.POLICIES` order."""
+    known = list(policies.POLICIES)
+    order = sorted(
+        dict.fromkeys(p.policy for p in pts),
+        key=lambda name: (name not in known, known.index(name) if name in known else 0, name),
+    )
     for policy in order:
         yield policy, [p for p in pts if p.policy == policy]
 
