@@ -176,3 +176,25 @@ def test_frontier_cli_on_a_small_grid_writes_tables_plots_and_runs(tmp_path, cap
 def test_frontier_cli_refuses_an_unknown_grid(capsys) -> None:
     assert main(["simulate", "--frontier", "--grid", "huge", "--scenarios", "spike"]) == 2
     assert "unknown grid 'huge'" in capsys.readouterr().err
+
+
+def test_a_tenant_refused_over_its_quota_is_not_a_miss_and_is_left_out_for_every_policy(tiny) -> None:
+    # noisy-tenant's question is "does everyone else keep the SLO": the frontier once scored tidegate
+    # 67% there because the noisy tenant's tenant_rate refusals, the outcome asked for, counted as misses
+    noisy = {"tenant": "noisy", "priority": "interactive", "rate_per_s": 3.0, "max_tokens": 512,
+             "prompt": {"median": 1500, "sigma": 0.8, "max": 8000}, "output": {"median": 120, "sigma": 0.7}}  # fmt: skip
+    admission = {
+        **BASE["admission"],
+        "tenancy": {"identity": "header", "tenants": [{"name": "noisy", "tokensPerSecond": 300}, {"name": "a"}]},
+    }
+    sc = scenario.parse({**BASE, "streams": [*BASE["streams"], noisy], "admission": admission})
+    assert frontier.quota_tenants(sc) == {"noisy"}
+    sim = core.Simulator(sc, policies.make("tidegate"), seed=1).run()
+    summary = report.summarize(sim)
+    assert summary.tenant_attainment["noisy"] < 0.5  # refused over its quota, as asked
+    others = frontier.in_quota_attainment(sim)
+    assert others == pytest.approx(summary.tenant_attainment["a"], abs=1e-6)  # the in-quota interactive tenant
+    assert others > summary.classes["interactive"].attainment
+    # a baseline is measured on the same requests: the noisy tenant is left out for it too
+    base = core.Simulator(sc, policies.make("queue"), seed=1).run()
+    assert frontier.in_quota_attainment(base) == pytest.approx(report.summarize(base).tenant_attainment["a"], abs=1e-6)
