@@ -225,3 +225,14 @@ def operator(cluster_env, api_client, scaler_health, scaler_decisions, tmp_path_
         text = log_path.read_text()
         if "Traceback" in text:
             print(f"--- operator log ({log_path}) ---\n{text[-8000:]}")
+
+
+@pytest.fixture
+def operator_for(cluster_env, api_client, scaler, scaler_decisions, tmp_path) -> Iterator[None]:
+    """The operator for one test, pointed at the module's own ``scaler`` fixture (a stub the test drives)."""
+    env = operator_env(cluster_env, api_client, scaler, tmp_path, scaler_decisions.url)
+    proc = start_operator(env, tmp_path / "operator.log")
+    try:
+        yield
+    finally:
+        stop_operator(proc)

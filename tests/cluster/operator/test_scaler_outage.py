@@ -20,7 +20,7 @@ import kubernetes
 import pytest
 
 from tests.cluster.conftest import wait_for
-from tests.cluster.operator.conftest import StubScaler, operator_env, start_operator, stop_operator
+from tests.cluster.operator.conftest import StubScaler
 from tests.invalid_pools import valid_pool
 from tidegate.api import GROUP, PLURAL, VERSION
 
@@ -37,16 +37,6 @@ def scaler() -> Iterator[StubScaler]:
     stub = StubScaler(desired=ACTIVE).start()
     yield stub
     stub.stop()
-
-
-@pytest.fixture
-def operator_for(cluster_env, api_client, scaler, scaler_decisions, tmp_path) -> Iterator[None]:
-    env = operator_env(cluster_env, api_client, scaler, tmp_path, scaler_decisions.url)
-    proc = start_operator(env, tmp_path / "operator.log")
-    try:
-        yield
-    finally:
-        stop_operator(proc)
 
 
 def _condition(pool: dict, ctype: str) -> dict:
