@@ -17,12 +17,14 @@ from typing import Any
 
 import kopf
 import kubernetes
+import prometheus_client
 import pydantic
 
 from tidegate.api import GROUP, PLURAL, VERSION, constants
 from tidegate.api.pool import InferencePool
 from tidegate.operator import logs, names
 from tidegate.operator.kube import Kube, api_message
+from tidegate.operator.metrics import PoolConditions
 from tidegate.operator.probe import ScalerProbe, tls_credentials
 from tidegate.operator.reconcile import reconcile
 from tidegate.operator.settings import OperatorSettings
@@ -39,6 +41,7 @@ class _State:
 
 
 STATE = _State()
+METRICS = PoolConditions()
 
 
 @kopf.on.startup()
@@ -72,6 +75,8 @@ def _startup(settings: kopf.OperatorSettings, **_: Any) -> None:
     # waits for the timer to exit; kopf checks again only every 60 s by default, so the pool and
     # its finalizer stayed a minute longer than the cleanup took.
     settings.background.cancellation_polling = 5
+    if config.metrics_port:
+        prometheus_client.start_http_server(config.metrics_port, registry=METRICS.registry)
     log.info("tidegate operator starting: %s", STATE.settings)
 
 
@@ -98,6 +103,7 @@ def _kick(namespace: str, name: str) -> None:
                 STATE.dirty.discard(key)
                 obj = STATE.kube.get_pool(namespace, name)
                 if obj is None or obj["metadata"].get("deletionTimestamp"):
+                    METRICS.forget(namespace, name)
                     return
                 _reconcile_once(obj)
         finally:
@@ -115,19 +121,19 @@ def _reconcile_once(obj: dict[str, Any]) -> None:
     except pydantic.ValidationError as exc:
         # The API server accepted it (pass-through fields it cannot check); say why in the status.
         message = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())[:1000]
-        STATE.kube.patch_pool_status(
-            key[0],
-            key[1],
-            {"conditions": [{"type": "Degraded", "status": "True", "reason": "InvalidSpec", "message": message,
-                             "lastTransitionTime": _now(), "observedGeneration": obj["metadata"].get("generation", 0)}]},
-        )  # fmt: skip
+        invalid = {"type": "Degraded", "status": "True", "reason": "InvalidSpec", "message": message,
+                   "lastTransitionTime": _now(), "observedGeneration": obj["metadata"].get("generation", 0)}  # fmt: skip
+        STATE.kube.patch_pool_status(key[0], key[1], {"conditions": [invalid]})
+        METRICS.observe(*key, [invalid])
         raise kopf.PermanentError(f"{where}: spec refused: {message}") from exc
     except kubernetes.client.ApiException as exc:
         if exc.status == 404:
+            METRICS.forget(*key)
             return  # the pool went away mid-reconcile
         raise kopf.TemporaryError(
             f"{where}: Kubernetes API {exc.status} {exc.reason}: {api_message(exc)}", delay=5
         ) from exc
+    METRICS.observe(*key, result.status["conditions"])
     for message in result.events:
         pool_log.info("%s", message)
     if result.requeue_after_s is not None:
@@ -157,6 +163,7 @@ def pool_deleted(body: kopf.Body, **_: Any) -> None:
     """Delete the cluster-scoped NodePool; namespaced children go with their ownerReferences."""
     pool_name = body["metadata"]["name"]
     ns = body["metadata"]["namespace"]
+    METRICS.forget(ns, pool_name)
     kube = STATE.kube
     if kube.has_api("karpenter.sh/v1", "NodePool"):
         np_name = names.node_pool_name(InferencePool.model_validate({**dict(body), "status": {}}))

@@ -29,6 +29,8 @@ TIDEGATE_SCALER_CA_FILE          CA bundle the operator's health probe       sys
                                  trusts
 TIDEGATE_SCALER_CLIENT_CERT_FILE client certificate and key for the probe    none (no mTLS)
 TIDEGATE_SCALER_CLIENT_KEY_FILE  when the scaler requires mTLS
+TIDEGATE_METRICS_PORT            port of the operator's Prometheus           0 (not served)
+                                 ``/metrics`` (tidegate_pool_condition)
 ===============================  ==========================================  =========================
 """
 
@@ -58,6 +60,7 @@ class OperatorSettings:
     scaler_ca_file: str | None = None
     scaler_client_cert_file: str | None = None
     scaler_client_key_file: str | None = None
+    metrics_port: int = 0
     field_manager: str = "tidegate-operator"
 
     @classmethod
@@ -93,6 +96,7 @@ class OperatorSettings:
         take("TIDEGATE_SCALER_CA_FILE", "scaler_ca_file")
         take("TIDEGATE_SCALER_CLIENT_CERT_FILE", "scaler_client_cert_file")
         take("TIDEGATE_SCALER_CLIENT_KEY_FILE", "scaler_client_key_file")
+        take("TIDEGATE_METRICS_PORT", "metrics_port", int)
         return cls(**kwargs)  # type: ignore[arg-type]
 
 

@@ -7,6 +7,7 @@ import http.server
 import json
 import os
 import pathlib
+import socket
 import subprocess
 import sys
 import threading
@@ -175,6 +176,12 @@ def _service_account_kubeconfig(api_client, admin_kubeconfig: str, path: pathlib
     )
 
 
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
 def operator_env(
     cluster_env, api_client, scaler_health, workdir: pathlib.Path, decisions_url: str = ""
 ) -> dict[str, str]:
@@ -191,6 +198,7 @@ def operator_env(
         "TIDEGATE_GPU_PENDING_SECONDS": "2",
         "TIDEGATE_SIDECAR_IMAGE": "tidegate:test",
         "TIDEGATE_SCALER_DECISIONS_URL": decisions_url,
+        "TIDEGATE_METRICS_PORT": str(free_port()),  # /metrics: tidegate_pool_condition
     }
 
 

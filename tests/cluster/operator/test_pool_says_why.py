@@ -9,6 +9,7 @@ applied below its minReplicas serves minReplicas and says so.
 import copy
 import json
 import pathlib
+import urllib.request
 from typing import Any
 
 import kubernetes
@@ -141,8 +142,13 @@ def test_a_child_the_api_server_refuses_degrades_the_pool_with_its_message_and_a
     )
 
 
+def _operator_metrics(env: dict[str, str]) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{env['TIDEGATE_METRICS_PORT']}/metrics", timeout=5) as resp:
+        return resp.read().decode()
+
+
 def test_pods_refused_by_pod_security_degrade_the_pool_with_the_replicasets_message(
-    api_client, kubectl, namespace: str
+    api_client, kubectl, namespace: str, operator: dict[str, str]
 ) -> None:
     # The namespace the cluster calls tidegate-restricted, made per test: Pod Security `restricted`.
     kubernetes.client.CoreV1Api(api_client).patch_namespace(
@@ -159,6 +165,9 @@ def test_pods_refused_by_pod_security_degrade_the_pool_with_the_replicasets_mess
     )
     described = kubectl("describe", "tgpool", "small", "-n", namespace).stdout
     assert 'violates PodSecurity "restricted' in described
+    # What an alert reads: the operator's /metrics has the pool Degraded now.
+    degraded_now = f'tidegate_pool_condition{{namespace="{namespace}",pool="small",status="True",type="Degraded"}} 1.0'
+    assert degraded_now in _operator_metrics(operator)
 
 
 def test_pods_over_a_resource_quota_degrade_the_pool_with_the_quota_message(

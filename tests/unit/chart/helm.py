@@ -17,6 +17,7 @@ from tidegate.admission.engine import Engine
 from tidegate.admission.metrics import SidecarMetrics
 from tidegate.api.admission import AdmissionSpec
 from tidegate.api.serving import ModelSpec
+from tidegate.operator.metrics import PoolConditions
 from tidegate.scaler.metrics import DesiredReplicasMetric
 
 CHART = pathlib.Path(__file__).resolve().parents[3] / "charts" / "tidegate"
@@ -56,13 +57,13 @@ def promtool() -> str:
 
 
 def exported_metrics() -> set[str]:
-    """Every series name the sidecar's and the scaler's registries expose (``_total``, ``_bucket``, ...)."""
+    """Every series name the sidecar's, the scaler's and the operator's registries expose (``_total``, ``_bucket``, ...)."""
     engine = Engine(AdmissionSpec(), ModelSpec(name="m"), lambda: 0.0)
     sidecar = SidecarMetrics("p", lambda: engine, lambda: None)
     suffixes = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count"), "gauge": ("",)}
     return {
         family.name + suffix
-        for registry in (sidecar.registry, DesiredReplicasMetric().registry)
+        for registry in (sidecar.registry, DesiredReplicasMetric().registry, PoolConditions().registry)
         for family in registry.collect()
         for suffix in suffixes[family.type]
     }

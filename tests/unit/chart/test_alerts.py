@@ -21,6 +21,7 @@ NAMES = {
     "TidegatePoolSaturatedAtMaxReplicas",
     "TidegateCircuitBreakerOpen",
     "TidegateTelemetryUnreadable",
+    "TidegatePoolDegraded",
 }
 
 
@@ -60,6 +61,9 @@ def test_the_alerts_the_issue_lists() -> None:
     # the scaler's own health is only visible where its ServiceMonitor scrapes it
     unscraped = _rules("--set", "monitoring.serviceMonitor.enabled=false")
     assert set(unscraped) == NAMES - {"TidegateScalerDown"}
+    # a pool's conditions are the operator's gauge: no alert where the operator is not scraped
+    for off in ("operator.metricsPort=0", "monitoring.podMonitor.enabled=false", "operator.enabled=false"):
+        assert set(_rules("--set", off)) == NAMES - {"TidegatePoolDegraded"}, off
 
 
 def test_every_expression_parses_and_reads_only_exported_metrics() -> None:
@@ -161,6 +165,19 @@ CASES = {
     "TidegateTelemetryUnreadable": (
         [_series("tidegate_admission_telemetry_up", SIDECAR, "1 1 0x20")],
         "8m", "13m", SIDECAR, "0",
+    ),
+    "TidegatePoolDegraded": (
+        [_series("tidegate_pool_condition", {**POOL, "type": "Degraded", "status": "True"}, "0 0 1x20"),
+         _series("tidegate_pool_condition", {**POOL, "type": "Degraded", "status": "False"}, "1 1 0x20"),
+         # Degraded False, Ready False (still loading): no alert
+         _series("tidegate_pool_condition", {"namespace": "ml", "pool": "new", "type": "Degraded", "status": "True"},
+                 "0x20"),
+         _series("tidegate_pool_condition", {"namespace": "ml", "pool": "new", "type": "Ready", "status": "False"},
+                 "1x20"),
+         # Degraded for a minute at a time (a transient refusal): no alert
+         _series("tidegate_pool_condition", {"namespace": "ml", "pool": "blip", "type": "Degraded", "status": "True"},
+                 "0 1 0 1 0 1 0 1 0 1 0 1 0 1 0")],
+        "11m", "13m", POOL, "1",
     ),
 }  # fmt: skip
 
