@@ -40,7 +40,8 @@ class Observed:
     node_pool: Integration
     node_pool_message: str
     scaler_reachable: bool | None  # None: not checked (KEDA disabled or absent)
-    degraded_reasons: tuple[str, ...] = ()
+    degraded_reasons: tuple[str, ...] = ()  # the problems' messages
+    degraded_reason: str = ""  # Degraded's reason: the first problem's (failures.Reason)
     scaler_address: str = ""
     fallback_replicas: int | None = None  # spec.scaling.fallbackReplicas
     keda_says: str | None = None  # KEDA's reason and message when it reports the ScaledObject not Ready
@@ -123,7 +124,7 @@ def status(
         _condition(
             ConditionType.DEGRADED,
             bool(observed.degraded_reasons),
-            "Degraded" if observed.degraded_reasons else "AsExpected",
+            (observed.degraded_reason or "Degraded") if observed.degraded_reasons else "AsExpected",
             "; ".join(observed.degraded_reasons) or "no problem seen",
             gen,
             old,

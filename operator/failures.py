@@ -39,9 +39,36 @@ STUCK_WAITING = frozenset(
 _GENERATED_POD = re.compile(r'pods "[^"]*" is forbidden: ')
 
 
+class Reason:
+    """The ``Degraded`` condition's reasons (and its Warning Events'): CamelCase, one per cause.
+
+    The first problem found gives the condition its reason; the message lists every problem.
+    """
+
+    API_REFUSED = "ApiRefused"  # the API server (or an admission webhook) refused a child
+    POD_CREATE_FAILED = "PodCreateFailed"  # the ReplicaSet cannot create pods (PodSecurity, quota)
+    PROGRESS_DEADLINE_EXCEEDED = "ProgressDeadlineExceeded"  # the Deployment's own reason
+    UNSCHEDULABLE = "Unschedulable"  # Pending past the threshold, with the scheduler's message
+    KARPENTER_CANNOT_PLACE = "KarpenterCannotPlace"  # Karpenter says no instance type can hold the pod
+    NODE_POOL_LIMIT_REACHED = "NodePoolLimitReached"  # the NodePool's nvidia.com/gpu limit holds pods
+    IMAGE_PULL_FAILED = "ImagePullFailed"  # ErrImagePull, ImagePullBackOff, InvalidImageName, ...
+    CONTAINER_CREATE_FAILED = "ContainerCreateFailed"  # CreateContainerConfigError, CreateContainerError
+    CRASH_LOOPING = "CrashLooping"  # CrashLoopBackOff
+    ABOVE_MAX_REPLICAS = "AboveMaxReplicas"  # spec.replicas above scaling.maxReplicas
+    KEDA_FAILED = "KedaFailed"  # the ScaledObject could not be applied, or its HPA was wrong
+
+
+def _waiting_reason(kubelet_reason: str) -> str:
+    if "Image" in kubelet_reason:
+        return Reason.IMAGE_PULL_FAILED
+    if kubelet_reason == "CrashLoopBackOff":
+        return Reason.CRASH_LOOPING
+    return Reason.CONTAINER_CREATE_FAILED
+
+
 @dataclass(frozen=True)
 class Problem:
-    """One reason the pool is Degraded: ``reason`` is CamelCase (the Event's reason)."""
+    """One reason the pool is Degraded: ``reason`` is a :class:`Reason` (the Event's reason too)."""
 
     reason: str
     message: str
@@ -58,9 +85,15 @@ def deployment(live: Mapping[str, Any] | None) -> list[Problem]:
         reason, message = cond.get("reason") or ctype, cond.get("message") or "no message"
         if ctype == "ReplicaFailure" and status == "True":
             message = _GENERATED_POD.sub("", message)
-            found.append(Problem(reason, f"Deployment {name} cannot create pods ({reason}): {message}"))
+            found.append(
+                Problem(Reason.POD_CREATE_FAILED, f"Deployment {name} cannot create pods ({reason}): {message}")
+            )
         elif ctype == "Progressing" and status == "False":
-            found.append(Problem(reason, f"Deployment {name} is not progressing ({reason}): {message}"))
+            found.append(
+                Problem(
+                    Reason.PROGRESS_DEADLINE_EXCEEDED, f"Deployment {name} is not progressing ({reason}): {message}"
+                )
+            )
     return found
 
 
@@ -74,14 +107,33 @@ def _unschedulable_since(pod: Any) -> tuple[float | None, str]:
     return None, ""
 
 
-def unschedulable(pods: Iterable[Any], now_s: float, threshold_s: float) -> list[Problem]:
-    """Pods Pending unscheduled for ``threshold_s`` or longer, grouped by the scheduler's message."""
+def unschedulable(
+    pods: Iterable[Any], now_s: float, threshold_s: float, karpenter_says: Mapping[str, str] | None = None
+) -> list[Problem]:
+    """Pods Pending unscheduled for ``threshold_s`` or longer, grouped by the scheduler's message.
+
+    ``karpenter_says``: Karpenter's own message per pod uid (:func:`tidegate.operator.karpenter.cannot_place`);
+    a pod it names is reported with Karpenter's words, which say why no node is launched, where the
+    scheduler only says that no node matches the NodePool's selector.
+    """
+    karpenter_says = karpenter_says or {}
     by_message: dict[str, list[str]] = {}
+    by_karpenter: dict[str, list[str]] = {}
     for pod in pods:
         since, message = _unschedulable_since(pod)
-        if since is not None and now_s - since >= threshold_s:
+        if since is None or now_s - since < threshold_s:
+            continue
+        if says := karpenter_says.get(pod.metadata.uid or ""):
+            by_karpenter.setdefault(says, []).append(pod.metadata.name)
+        else:
             by_message.setdefault(message, []).append(pod.metadata.name)
-    found = []
+    found = [
+        Problem(
+            Reason.KARPENTER_CANNOT_PLACE,
+            f"{_pods(pod_names)} Pending for over {threshold_s:g} s, Karpenter launches no node for it: {says}",
+        )
+        for says, pod_names in by_karpenter.items()
+    ]
     for message, pod_names in by_message.items():
         hint = (
             " (is the NVIDIA device plugin running, or is the NodePool at its limit?)"
@@ -90,7 +142,7 @@ def unschedulable(pods: Iterable[Any], now_s: float, threshold_s: float) -> list
         )
         found.append(
             Problem(
-                "Unschedulable",
+                Reason.UNSCHEDULABLE,
                 f"{_pods(pod_names)} Pending for over {threshold_s:g} s, the scheduler says: {message}{hint}",
             )
         )
@@ -115,7 +167,7 @@ def containers(pods: Iterable[Any]) -> list[Problem]:
             by_cause.setdefault((cs.name, waiting.reason, message), []).append(pod.metadata.name)
     return [
         Problem(
-            "ImagePull" if "Image" in reason else reason,
+            _waiting_reason(reason),
             f"container {container} of {_pods(pod_names)}: {reason}" + (f": {message}" if message else ""),
         )
         for (container, reason, message), pod_names in by_cause.items()

@@ -9,6 +9,12 @@ Karpenter v1 writes two things on a NodePool that the pool's conditions repeat
   readiness``: "Ignore NodePools which aren't using a supported NodeClass"): it never gets a
   condition, and no node is ever launched for it. A missing node class gives
   ``NodeClassReady=False`` (``NodeClassNotFound``).
+- a ``FailedScheduling`` Warning Event (source ``karpenter``) on each pod it cannot place:
+  "Failed to schedule pod, " and one error per NodePool joined by "; "
+  (``pkg/controllers/provisioning/scheduling/events.go``, ``scheduler.go``), e.g. "no instance
+  type has enough resources, requirements=..., resources={...}" for a pod larger than every
+  instance type. The scheduler's own Event on the same pod only says the node selector matched
+  no node.
 - ``status.resources``: the capacity of its nodes, launched or still launching
   (``pkg/controllers/nodepool/counter``). Before launching a node Karpenter checks it against
   ``spec.limits``; a pod that would cross the limit stays Pending, and what reaches the pod is a
@@ -16,6 +22,7 @@ Karpenter v1 writes two things on a NodePool that the pool's conditions repeat
   for nodepool" (``pkg/controllers/provisioning/scheduling``), without the numbers.
 """
 
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -113,3 +120,32 @@ def limit_reached(node_pool: Mapping[str, Any], pending_gpus: Iterable[int], pla
         f"{limit} GPU(s) and {in_use} are in use, so Karpenter launches no node for a pod that needs "
         f"{min(waiting)} more (raise spec.nodePool.limits, or lower scaling.maxReplicas or warmPool.size)"
     )
+
+
+def _when(event: Any) -> float:
+    stamp = event.last_timestamp or event.event_time or event.first_timestamp
+    return stamp.timestamp() if stamp else 0.0
+
+
+def cannot_place(events: Iterable[Any]) -> dict[str, str]:
+    """Karpenter's latest ``FailedScheduling`` message per pod uid, reduced to what it says of the pod's
+    own NodePool.
+
+    ``events``: ``CoreV1Event`` s of pods posted by Karpenter. The errors for other NodePools (their
+    requirements never match a pod that selects this NodePool) are left out, and so is the long
+    ``requirements=`` list; ``resources=`` (what the pod asks for) stays.
+    """
+    latest: dict[str, Any] = {}
+    for event in events:
+        uid = event.involved_object.uid if event.involved_object else None
+        if uid and (uid not in latest or _when(event) >= _when(latest[uid])):
+            latest[uid] = event
+    found = {}
+    for uid, event in latest.items():
+        text = (event.message or "").removeprefix("Failed to schedule pod, ")
+        # A requirement mismatch ("incompatible requirements, key K, ... not in ...", one "key" part per
+        # key) is another NodePool's: the pool's pods select their own NodePool's nodes.
+        parts = [p for p in text.split("; ") if not p.startswith(("incompatible requirements, key ", "key "))]
+        parts = parts or [text]
+        found[uid] = "; ".join(re.sub(r"requirements=.*?, (resources=)", r"\1", p) for p in parts)
+    return found

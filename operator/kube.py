@@ -130,6 +130,12 @@ class Kube:
                 return None
             raise
 
+    def pod_events(self, namespace: str, reason: str, source: str) -> list[kubernetes.client.CoreV1Event]:
+        """Events on pods in ``namespace`` with ``reason`` posted by component ``source`` (e.g. Karpenter's
+        ``FailedScheduling``)."""
+        selector = f"involvedObject.kind=Pod,reason={reason},source={source}"
+        return self.core.list_namespaced_event(namespace, field_selector=selector).items
+
     def event(self, pool: dict[str, Any], reason: str, message: str, warning: bool = False) -> None:
         """Post an Event on the pool (``kubectl describe`` shows it)."""
         meta = pool["metadata"]

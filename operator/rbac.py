@@ -19,7 +19,8 @@ RULES: list[dict[str, Any]] = [
     {"apiGroups": [GROUP], "resources": [f"{PLURAL}/finalizers"], "verbs": ["update"]},
     {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch", "patch"]},
     {"apiGroups": [""], "resources": ["services", "configmaps"], "verbs": ALL_WRITE},
-    {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
+    # list: Karpenter's FailedScheduling Events on the pool's pods say why no node is launched.
+    {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch", "list"]},
     {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]},
     {"apiGroups": [""], "resources": ["namespaces"], "verbs": READ},
     {"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ALL_WRITE},

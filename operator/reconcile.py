@@ -29,7 +29,7 @@ from tidegate.api import API_VERSION, KIND, constants
 from tidegate.api.pool import InferencePool
 from tidegate.operator import builders, conditions, failures, karpenter, logs, names, signal, warm_pool
 from tidegate.operator.conditions import Integration
-from tidegate.operator.failures import Problem
+from tidegate.operator.failures import Problem, Reason
 from tidegate.operator.kube import Kube, Refused
 from tidegate.operator.settings import OperatorSettings
 
@@ -341,12 +341,30 @@ def _node_pool(
     return state, verdict.message, karpenter.limit_reached(live, pending, placed)
 
 
+def _karpenter_says(
+    kube: Kube,
+    pool: InferencePool,
+    pods: list[kubernetes.client.V1Pod],
+    now_s: float,
+    threshold_s: float,
+    np_state: Integration,
+) -> dict[str, str]:
+    """Karpenter's FailedScheduling message per long-Pending pod uid; read only when the pool has a
+    NodePool Karpenter serves and some pod has been unschedulable for ``threshold_s``."""
+    if np_state not in (Integration.APPLIED, Integration.NOT_READY):
+        return {}
+    if not any((age := _unschedulable_for(p, now_s)) is not None and age >= threshold_s for p in pods):
+        return {}
+    events = kube.pod_events(pool.metadata.namespace, "FailedScheduling", "karpenter")
+    return karpenter.cannot_place(events)
+
+
 def _apply_or_report(kube: Kube, manifest: dict[str, Any], problems: list[Problem]) -> dict[str, Any] | None:
     """Apply ``manifest``; when the API server refuses it, add why to ``problems`` and return None."""
     try:
         return kube.apply(manifest)
     except Refused as refused:
-        problems.append(Problem("Refused", str(refused)))
+        problems.append(Problem(Reason.API_REFUSED, str(refused)))
         return None
 
 
@@ -427,25 +445,25 @@ def reconcile(
         np_state, np_message, at_limit = _node_pool(kube, pool, pods, now_s, settings.gpu_pending_seconds)
     except Refused as refused:
         np_state, np_message, at_limit = Integration.FAILED, str(refused), None
-        problems.append(Problem("Refused", str(refused)))
+        problems.append(Problem(Reason.API_REFUSED, str(refused)))
     problems += failures.deployment(live_deployment)
     # Pods held by the NodePool's limit are Pending for that reason, not for a missing device plugin.
-    problems += (
-        [Problem("NodePoolLimit", at_limit)]
-        if at_limit
-        else failures.unschedulable(pods, now_s, settings.gpu_pending_seconds)
-    )
+    if at_limit:
+        problems.append(Problem(Reason.NODE_POOL_LIMIT_REACHED, at_limit))
+    else:
+        says = _karpenter_says(kube, pool, pods, now_s, settings.gpu_pending_seconds, np_state)
+        problems += failures.unschedulable(pods, now_s, settings.gpu_pending_seconds, says)
     problems += failures.containers(pods)
     if desired_active < pool.spec.replicas:
         problems.append(
             Problem(
-                "AboveMaxReplicas",
+                Reason.ABOVE_MAX_REPLICAS,
                 f"spec.replicas {pool.spec.replicas} is above scaling.maxReplicas {pool.spec.scaling.max_replicas}: "
                 f"serving {desired_active} (raise scaling.maxReplicas or scale down)",
             )
         )
     if keda_state is Integration.FAILED:
-        problems.append(Problem("KedaFailed", keda_message))
+        problems.append(Problem(Reason.KEDA_FAILED, keda_message))
 
     observed = conditions.Observed(
         generation=obj["metadata"].get("generation", 0),
@@ -462,6 +480,7 @@ def reconcile(
         fallback_replicas=pool.spec.scaling.fallback_replicas,
         keda_says=keda_says,
         degraded_reasons=tuple(p.message for p in problems),
+        degraded_reason=problems[0].reason if problems else "",
         notes=(below_min,) if below_min else (),
     )
     old_status = obj.get("status") or {}

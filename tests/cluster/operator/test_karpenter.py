@@ -97,6 +97,7 @@ def test_karpenter_launches_a_gpu_node_for_the_pool_and_holds_the_gpu_limit(api_
             f"NodePool {np_name} allows 1 GPU(s) and 1 are in use, so Karpenter launches no node for a pod "
             "that needs 1 more" in degraded["message"]
         ), degraded
+        assert degraded["reason"] == "NodePoolLimitReached"
     finally:
         custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "g")
     # The operator's finalizer deletes the NodePool; Karpenter then removes its nodes.
@@ -220,3 +221,32 @@ def test_node_pool_ready_tells_what_karpenter_made_of_the_node_pool(api_client, 
             timeout_s=60,
             what="the pools deleted (their NodePools with them)",
         )
+
+
+def test_a_pod_no_instance_type_can_hold_degrades_the_pool_in_karpenters_words(api_client, namespace: str) -> None:
+    # 16 GPUs per replica: the largest GPU instance type here has 8. The scheduler's own message only
+    # says no node matches the NodePool's selector; Karpenter's FailedScheduling Event says why it
+    # launches none.
+    custom = kubernetes.client.CustomObjectsApi(api_client)
+    body = valid_pool("big")
+    body["spec"].update(
+        server={"image": "vllm/vllm-openai:v0.11.0", "gpus": 16},
+        warmPool={"size": 0},
+        nodePool={"enabled": True, "nodeClassRef": NODE_CLASS},
+    )
+    custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body)
+    try:
+        degraded = wait_for(
+            lambda: (
+                (c := _condition(custom, namespace, "big", "Degraded")) and c["reason"] == "KarpenterCannotPlace" and c
+            ),
+            timeout_s=90,
+            interval_s=1,
+            what="Degraded=True KarpenterCannotPlace on the pool",
+        )
+        assert degraded["status"] == "True"
+        assert "Karpenter launches no node for it: no instance type has enough resources" in degraded["message"]
+        assert '"nvidia.com/gpu":"16"' in degraded["message"]
+        assert "requirements=" not in degraded["message"]  # the long label list is left out
+    finally:
+        custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "big")

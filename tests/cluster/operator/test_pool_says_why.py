@@ -119,6 +119,7 @@ def test_a_child_the_api_server_refuses_degrades_the_pool_with_its_message_and_a
     _create(api_client, namespace, _pool("vm", server=server))
     degraded = _degraded_with(api_client, namespace, "vm", "refused Deployment vm", 'Not found: "weights"')
     assert "volumeMounts[0].name" in degraded["message"]
+    assert degraded["reason"] == "ApiRefused"
     # The rest of the pool was still made and the status still written.
     kubernetes.client.CoreV1Api(api_client).read_namespaced_service("vm", namespace)
     assert _condition(api_client, namespace, "vm", "Ready")["status"] == "False"
@@ -127,7 +128,7 @@ def test_a_child_the_api_server_refuses_degrades_the_pool_with_its_message_and_a
         timeout_s=DEADLINE_S,
         what="a Warning Event with the API server's message",
     )
-    assert events[0].reason == "Refused"
+    assert events[0].reason == "ApiRefused"
     # One Event per new reason, not one per retry.
     assert len(events) == 1 and (events[0].count or 1) == 1
 
@@ -157,6 +158,7 @@ def test_pods_refused_by_pod_security_degrade_the_pool_with_the_replicasets_mess
     kubectl("apply", "-n", namespace, "-f", str(EXAMPLES / "minimal.yaml"))
     degraded = _degraded_with(api_client, namespace, "small", "FailedCreate", 'violates PodSecurity "restricted')
     assert "Deployment small cannot create pods" in degraded["message"]
+    assert degraded["reason"] == "PodCreateFailed"
     assert _condition(api_client, namespace, "small", "Ready")["status"] == "False"
     wait_for(
         lambda: any("PodSecurity" in e.message for e in _warning_events(api_client, namespace, "small")),
@@ -183,6 +185,7 @@ def test_pods_no_node_can_take_degrade_the_pool_with_the_schedulers_reason(api_c
     _create(api_client, namespace, _pool("ns", server=server, warmPool={"size": 0}))
     degraded = _degraded_with(api_client, namespace, "ns", "Pending for over", "the scheduler says")
     assert "node(s) didn't match Pod's node affinity/selector" in degraded["message"]
+    assert degraded["reason"] == "Unschedulable"
 
 
 def test_a_pool_applied_below_min_replicas_serves_min_replicas_and_says_so(api_client, namespace: str) -> None:

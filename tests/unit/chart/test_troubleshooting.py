@@ -12,6 +12,7 @@ from tidegate.admission.breaker import BreakerState
 from tidegate.admission.reasons import Reason
 from tidegate.admission.telemetry import ErrorKind
 from tidegate.api.status import ConditionType
+from tidegate.operator import failures
 from tidegate.operator.conditions import Integration
 from tidegate.scaler.law import Reason as LawReason
 
@@ -19,7 +20,8 @@ REPO = pathlib.Path(__file__).resolve().parents[3]
 DOC = (REPO / "docs/troubleshooting.md").read_text()
 # Kubernetes' own reasons, which the operator's Warning Events repeat: the kubelet's on a container that
 # cannot pull its image, the ReplicaSet controller's when it cannot create pods, the scheduler's
-KUBERNETES_REASONS = {"ErrImagePull", "FailedCreate", "Unschedulable"}
+KUBERNETES_REASONS = {"FailedCreate", "Unschedulable", "FailedScheduling"} | failures.STUCK_WAITING
+DEGRADED_REASONS = {v for k, v in vars(failures.Reason).items() if k.isupper()}
 
 
 def _condition_reasons() -> set[str]:
@@ -28,7 +30,7 @@ def _condition_reasons() -> set[str]:
     literals = set()
     for module in ("operator/conditions.py", "operator/handlers.py", "operator/reconcile.py"):
         literals |= set(re.findall(r'(?<=")[A-Z][a-z]+(?:[A-Z][a-z]*)*(?=")', (REPO / module).read_text()))
-    return literals | {i.value for i in Integration}
+    return literals | {i.value for i in Integration} | DEGRADED_REASONS
 
 
 def _slug(heading: str) -> str:
@@ -63,6 +65,12 @@ def test_every_condition_reason_named_is_one_the_operator_writes() -> None:
     named = {w for w in re.findall(r"`([A-Z][A-Za-z]+)`", DOC) if not w.startswith("Tidegate")}
     known = _condition_reasons() | {t.value for t in ConditionType} | KUBERNETES_REASONS
     assert named <= known, sorted(named - known)
+
+
+def test_every_degraded_reason_is_explained() -> None:
+    section = DOC.split("\n## ")[1]  # ACTIVE stays empty
+    rows = set(re.findall(r"^  \| `([A-Za-z]+)` \|", section, flags=re.MULTILINE))
+    assert rows == DEGRADED_REASONS, sorted(rows ^ DEGRADED_REASONS)
 
 
 def test_every_code_named_is_a_real_reason_or_label_value() -> None:

@@ -53,7 +53,7 @@ def test_replicaset_failed_create_is_quoted_without_the_random_pod_name() -> Non
         "status": {"conditions": [{"type": "ReplicaFailure", "status": "True", "reason": "FailedCreate", "message": message}]},
     }  # fmt: skip
     [problem] = failures.deployment(deployment)
-    assert problem.reason == "FailedCreate"
+    assert problem.reason == "PodCreateFailed"
     assert problem.message == (
         'Deployment small cannot create pods (FailedCreate): violates PodSecurity "restricted:latest": '
         "allowPrivilegeEscalation != false"
@@ -77,6 +77,7 @@ def test_unschedulable_pods_past_the_threshold_carry_the_schedulers_message_once
     )
     pods = [_pod(f"p-{i}", phase="Pending", conditions=[cond]) for i in range(2)]
     [problem] = failures.unschedulable(pods, NOW.timestamp(), threshold_s=10)
+    assert problem.reason == "Unschedulable"
     assert problem.message.startswith("2 pods (p-0, p-1) Pending for over 10 s, the scheduler says: 0/5 nodes")
     assert "NVIDIA device plugin" in problem.message
     assert failures.unschedulable(pods, NOW.timestamp(), threshold_s=60) == []  # not yet
@@ -102,8 +103,42 @@ def test_image_pull_errors_and_crash_loops_name_the_container_and_the_reason() -
     )
     creating = _pod("p-3", phase="Pending", container_statuses=[_waiting("model", "ContainerCreating")])
     problems = failures.containers([pulled, crashing, creating])
-    assert [p.reason for p in problems] == ["ImagePull", "CrashLoopBackOff"]
+    assert [p.reason for p in problems] == ["ImagePullFailed", "CrashLooping"]
     assert problems[0].message == (
         'container model of pod p-1: ImagePullBackOff: Back-off pulling image "vllm/vllm-openai:v9"'
     )
     assert problems[1].message == "container tidegate-admission of pod p-2: CrashLoopBackOff: last exit 137 (OOMKilled)"
+
+
+def test_a_container_the_kubelet_cannot_create_is_container_create_failed() -> None:
+    pod = _pod("p-1", phase="Pending", container_statuses=[_waiting("model", "CreateContainerConfigError", "no key")])
+    [problem] = failures.containers([pod])
+    assert problem.reason == "ContainerCreateFailed"
+
+
+def test_every_reason_is_camel_case_as_kubernetes_conventions_ask() -> None:
+    reasons = [v for k, v in vars(failures.Reason).items() if k.isupper()]
+    assert len(reasons) == len(set(reasons)) >= 10
+    for reason in reasons:
+        assert reason[0].isupper() and reason.isalnum(), reason
+
+
+def test_a_pod_karpenter_cannot_place_is_reported_in_karpenters_words() -> None:
+    since = NOW - datetime.timedelta(seconds=30)
+    cond = V1PodCondition(
+        type="PodScheduled",
+        status="False",
+        reason="Unschedulable",
+        message="0/5 nodes are available: 5 node(s) didn't match Pod's node affinity/selector.",
+        last_transition_time=since,
+    )
+    pods = [_pod(f"p-{i}", phase="Pending", conditions=[cond]) for i in range(2)]
+    pods[0].metadata.uid = "u0"
+    says = {"u0": "no instance type has enough resources, resources={...}"}
+    karp, sched = failures.unschedulable(pods, NOW.timestamp(), threshold_s=10, karpenter_says=says)
+    assert karp.reason == "KarpenterCannotPlace"
+    assert karp.message == (
+        "pod p-0 Pending for over 10 s, Karpenter launches no node for it: "
+        "no instance type has enough resources, resources={...}"
+    )
+    assert sched.reason == "Unschedulable" and sched.message.startswith("pod p-1 ")  # no Karpenter event yet

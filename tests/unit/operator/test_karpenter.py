@@ -1,5 +1,9 @@
 """What Karpenter writes on a NodePool, as the pool's conditions say it (pure part)."""
 
+import datetime
+
+from kubernetes.client import CoreV1Event, V1ObjectMeta, V1ObjectReference
+
 from tidegate.operator import karpenter
 
 
@@ -50,3 +54,40 @@ def test_a_pod_whose_node_is_still_launching_is_not_blamed_on_the_limit() -> Non
     # Room left under the limit: Karpenter can still launch.
     assert karpenter.limit_reached(_node_pool(limit="4", in_use="2"), pending_gpus=[1], placed_gpus=2) is None
     assert karpenter.limit_reached(_node_pool(limit="2", in_use="2"), pending_gpus=[], placed_gpus=2) is None
+
+
+def _event(uid: str, message: str, at_s: float) -> CoreV1Event:
+    stamp = datetime.datetime.fromtimestamp(at_s, datetime.UTC)
+    return CoreV1Event(
+        metadata=V1ObjectMeta(name=f"e-{at_s}"),
+        involved_object=V1ObjectReference(kind="Pod", uid=uid),
+        message=message,
+        last_timestamp=stamp,
+    )
+
+
+# Karpenter v1.14.1's FailedScheduling Event on a 16-GPU pod of pool "big" (kwok provider, GPU types
+# of 1, 2 and 8 GPUs), as read on the local cluster; the second NodePool's error is as its
+# scheduler joins them (multierr, "; ").
+BIG = (
+    "Failed to schedule pod, no instance type has enough resources, requirements=app.kubernetes.io/instance In "
+    "[big], karpenter.kwok.sh/kwoknodeclass In [default], karpenter.sh/capacity-type In [on-demand], "
+    "karpenter.sh/nodepool In [tidegate-ml-big], tidegate.dev/pool In [big], "
+    'resources={"cpu":"250m","memory":"256Mi","nvidia.com/gpu":"16","pods":"1"}; incompatible requirements, '
+    "key karpenter.sh/nodepool, karpenter.sh/nodepool In [tidegate-ml-big] not in karpenter.sh/nodepool In "
+    "[tidegate-ml-other]"
+)
+
+
+def test_cannot_place_keeps_what_karpenter_says_of_the_pools_node_pool() -> None:
+    says = karpenter.cannot_place([_event("u1", BIG, 10.0)])
+    assert says == {
+        "u1": 'no instance type has enough resources, resources={"cpu":"250m","memory":"256Mi",'
+        '"nvidia.com/gpu":"16","pods":"1"}'
+    }
+
+
+def test_cannot_place_takes_each_pods_latest_event() -> None:
+    events = [_event("u1", "Failed to schedule pod, old", 5.0), _event("u1", BIG, 10.0), _event("u2", "x", 1.0)]
+    says = karpenter.cannot_place(events)
+    assert says["u1"].startswith("no instance type has enough resources") and says["u2"] == "x"
