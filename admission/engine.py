@@ -57,7 +57,11 @@ Sizing: ``tokenBudget`` and ``maxConcurrency`` unset (the default) come from the
 capacity as :meth:`Engine.observe_telemetry` delivers it; :attr:`Engine.sizing` says which numbers
 are in force and where from, :attr:`Engine.configured` is the spec as given and :attr:`Engine.admission`
 the same with those numbers filled in (:mod:`tidegate.admission.sizing`). The caller keeps a
-replica out of service while :attr:`~tidegate.admission.sizing.Sizing.pending`.
+replica out of service while :attr:`~tidegate.admission.sizing.Sizing.pending`. A capacity that
+changes later (the server restarted with other flags) is put in force at once, logged as a
+WARNING with the old and new numbers and counted in :attr:`Engine.sizing_changes`: requests
+already admitted keep their reservations, and new ones wait until the held work fits the new
+numbers. Numbers the spec sets never follow the server.
 
 Capacity, the drain model behind every ``retry_after_s`` and deadline prediction, batch
 composition (``maxPrefillTokens``), the adaptive budget and the shedding prediction live in
@@ -169,6 +173,7 @@ class Engine:
         self.model = model
         self.sizing = sizing.size(admission, model, None, waited_out=False)
         self._announced: sizing.Sizing | None = None  # the sizing last logged by reconfigure
+        self.sizing_changes = 0  # times a known budget or concurrency changed with the server's capacity
         self.capacity = Capacity(self._effective(admission), self.tuning, clock())
         self._deadlines: list[tuple[float, int, Ticket]] = []
         self._settled: list[Ticket] = []
@@ -237,7 +242,18 @@ class Engine:
             return
         old, self.sizing = self.sizing, new
         self._apply_sizing()
-        self._announce(old)
+        numbers = (old.token_budget, old.max_concurrency), (new.token_budget, new.max_concurrency)
+        if old.pending or new.pending or numbers[0] == numbers[1]:
+            self._announce(old)
+        else:  # a server restarted with another shape: loud, whichever way it went
+            self._announced = new
+            self.sizing_changes += 1
+            log.warning(
+                "admission sizing changed with the model server's capacity: token budget %d -> %d (%s), "
+                "max concurrency %d -> %d (%s); %d requests in flight keep their reservations",
+                old.token_budget, new.token_budget, new.budget_source.value, old.max_concurrency,
+                new.max_concurrency, new.concurrency_source.value, self.in_flight_requests,
+            )  # fmt: skip
         self.dispatch()
 
     def _announce(self, old: sizing.Sizing | None) -> None:

@@ -13,6 +13,12 @@ source starts failing (once per episode, however long it lasts), an INFO when it
 again, :attr:`Episodes.error` for ``/tidegate/stats`` and an ``on_problem(source, kind)`` callback
 per failed read for ``tidegate_admission_telemetry_errors_total``. What a failing signal does to
 admission is the gate's business (``telemetry.onStale``, :mod:`tidegate.admission.gate`).
+
+Capacity can change only when the model server restarts (another ``--parallel``/``--ctx-size``,
+another GPU), so llama.cpp's and TGI's are read every :data:`~tidegate.admission.telemetry.CAPACITY_REFRESH_S`
+(60 s) and again at the next read after a sign of a restart: the health check turning healthy
+again (:meth:`BackendPoller.refresh_capacity`, called by the sidecar) or the server's progress
+counter going backwards. vLLM's comes with every metrics page.
 """
 
 import asyncio
@@ -96,6 +102,7 @@ class BackendPoller:
         self.engine: BackendEngine | None = None
         self.capacity: BackendCapacity | None = None
         self._capacity_due_s = 0.0
+        self._progress_total: float | None = None  # the last progress counter read (a drop: a restart)
         self._props_noted = False
         self._session: aiohttp.ClientSession | None = None
         self.configure(engine, metrics_path, health_path)
@@ -103,9 +110,14 @@ class BackendPoller:
     def configure(self, engine: BackendEngine, metrics_path: str, health_path: str) -> None:
         """New settings (a config reload); another engine forgets the capacity and problems read so far."""
         if engine is not self.engine:
-            self.capacity, self._capacity_due_s = None, 0.0
+            self.capacity, self._capacity_due_s, self._progress_total = None, 0.0, None
             self.episodes.current.clear()
         self.engine, self.metrics_path, self.health_path = engine, metrics_path, health_path
+
+    def refresh_capacity(self) -> None:
+        """Read the capacity again at the next :meth:`read`, whenever it was last read: the server
+        may have restarted with another shape (the sidecar calls this when it turns healthy again)."""
+        self._capacity_due_s = 0.0
 
     async def start(self) -> None:
         """Open the session (decompressing; a small pool: one poll at a time)."""
@@ -148,6 +160,11 @@ class BackendPoller:
         except ValueError as exc:  # prometheus_client's parser: not exposition format
             problems, reading = [Problem(ErrorKind.UNPARSABLE, f"GET {self.metrics_path}: {exc}")], Telemetry()
         self._record("metrics", [p for p in problems if p.source == "metrics"])
+        total = reading.generation_tokens_total
+        if total is not None:
+            if self._progress_total is not None and total < self._progress_total:
+                self.refresh_capacity()  # a counter that went backwards: the server restarted
+            self._progress_total = total
         if signals.capacity_info is not None:  # vLLM: capacity comes with every page
             if page_read:
                 self.capacity = reading.capacity or self.capacity

@@ -32,7 +32,9 @@ Background loops: a ticker (every ``tick_s``: queue expiry, stall check, dispatc
 backend's ``server.healthPath``, then while healthy its load signals and capacity through
 :class:`~tidegate.admission.poller.BackendPoller`, and NVML). A signal that cannot be read is
 logged once per episode, counted in ``tidegate_admission_telemetry_errors_total`` and shown in
-``/tidegate/stats`` (``telemetry_ok``, ``telemetry_error``).
+``/tidegate/stats`` (``telemetry_ok``, ``telemetry_error``). A backend that turns healthy again has
+its capacity read again at once (a restart may have changed its shape; an unset budget or
+concurrency follows it, :meth:`~tidegate.admission.engine.Engine.observe_telemetry`).
 
 Release exactly once: the admitted path releases its ticket in one ``finally``; a handler
 cancelled while queued (the client went away; aiohttp cancels handlers on disconnect) cancels
@@ -71,6 +73,7 @@ from tidegate.admission.cost import CHAT_PATH, COMPLETIONS_PATH, CostError
 from tidegate.admission.engine import BackendCapacity, Engine, EngineTuning, Telemetry
 from tidegate.admission.proxy import Forwarder, Relay
 from tidegate.admission.reasons import Reason
+from tidegate.admission.sizing import Source
 from tidegate.admission.ticket import Ticket, TicketState
 from tidegate.api.admission import TenantIdentitySource
 from tidegate.api.constants import ROLES
@@ -654,7 +657,11 @@ class Sidecar:
             admitted_tokens_total=counters.admitted_tokens_total, completed_total=counters.completed_total,
             rejected_total=dict(counters.rejected_total), tenants=tenants,
             in_flight_requests=engine.in_flight_requests, in_flight_tokens=engine.in_flight_tokens,
-            token_budget=engine.token_budget, max_concurrency=engine.admission.max_concurrency,
+            token_budget=None if engine.sizing.budget_source is Source.PENDING else engine.token_budget,
+            max_concurrency=(
+                None if engine.sizing.concurrency_source is Source.PENDING else engine.admission.max_concurrency
+            ),
+            sizing_changes_total=engine.sizing_changes,
             queue_depth=engine.queue.depth, breaker_state=stats.BreakerState(engine.breaker_state.value),
             shed_total=counters.shed_total,
             kv_cache_usage=engine.kv.value, telemetry_age_s=None if age is None else max(0.0, age),
@@ -764,6 +771,8 @@ class Sidecar:
         if healthy != self.backend_healthy:
             log.info("backend %s (GET %s)", "healthy again" if healthy else "unhealthy: not ready", server.health_path)
             self.backend_healthy = healthy
+            if healthy:  # back from a restart, perhaps with other flags: its capacity is read again now
+                self.poller.refresh_capacity()
         if not healthy:  # loading (llama.cpp: 503) or down: its metrics would only repeat that
             return Telemetry()
         self.engine.note_backend_healthy()  # the bounded wait for an unset budget's capacity starts

@@ -16,6 +16,7 @@ Shape (JSON, snake_case)::
                           "capacity_rejected": 31, "policy_rejected": 0}},
      "in_flight_requests": 22, "in_flight_tokens": 40123, "token_budget": 262144,
      "max_concurrency": 256, "token_budget_source": "engine", "max_concurrency_source": "engine",
+     "sizing_changes_total": 0,
      "queue_depth": 3, "breaker_state": "closed",
      "kv_cache_usage": 0.71, "telemetry_age_s": 0.4, "shed_total": 2,
      "telemetry_ok": true, "telemetry_error": null,
@@ -29,8 +30,12 @@ force (the adaptive budget's current value; its base is ``admission.tokenBudget`
 model server's KV capacity) and the concurrency cap, so the scaler sizes against what replicas
 really hold. ``token_budget_source`` / ``max_concurrency_source`` say where each base came from:
 ``configured``, ``engine``, ``pending`` (not read yet: the replica refuses with ``not_active``) or
-``fallback`` (the server reported none in time; also a ``config_warnings`` entry). Absent (an older
-sidecar): unknown.
+``fallback`` (the server reported none in time; also a ``config_warnings`` entry). While a number
+is ``pending`` it is null: the replica does not know what it holds yet, and a reader must treat its
+budget as unknown, not as zero capacity. Absent (an older sidecar): unknown. ``sizing_changes_total``
+counts the times a budget or concurrency read from the server changed afterwards (the server
+restarted with another shape; each is also logged as a WARNING with the old and new numbers);
+absent: 0.
 
 Backend telemetry, as this sidecar last read it from the model server: ``telemetry_ok`` is false
 while a signal it reads for this engine cannot be read (``telemetry_error`` says which and why:
@@ -113,8 +118,8 @@ class StatsSnapshot(BaseModel):
     tenants: dict[str, TenantCounters] = Field(default_factory=dict)
     in_flight_requests: int = Field(default=0, ge=0, le=MAX_COUNT)
     in_flight_tokens: int = Field(default=0, ge=0, le=MAX_COUNT)
-    token_budget: int = Field(default=0, ge=0, le=MAX_COUNT)
-    max_concurrency: int = Field(default=0, ge=0, le=MAX_COUNT)
+    token_budget: int | None = Field(default=None, ge=0, le=MAX_COUNT)
+    max_concurrency: int | None = Field(default=None, ge=0, le=MAX_COUNT)
     queue_depth: int = Field(default=0, ge=0, le=MAX_COUNT)
     breaker_state: BreakerState = BreakerState.CLOSED
     kv_cache_usage: float | None = Field(default=None, ge=0.0, le=1.0)
@@ -132,6 +137,7 @@ class StatsSnapshot(BaseModel):
     config_warnings: list[str] = Field(default_factory=list, max_length=16)
     token_budget_source: str | None = Field(default=None, max_length=32)
     max_concurrency_source: str | None = Field(default=None, max_length=32)
+    sizing_changes_total: int = Field(default=0, ge=0, le=MAX_COUNT)
 
     @property
     def capacity_rejected_total(self) -> int:

@@ -106,7 +106,9 @@ class Observation:
     pods with fresh stats and a rate baseline), ``stale`` (names of ready active pods whose stats
     are missing or too old). Rates are per second, summed over ``reporting`` pods; ``window_s``
     is the mean window they cover (0: no pod has a baseline yet). Gauges are summed over active
-    pods with fresh stats.
+    pods with fresh stats; ``token_budget`` over the ``fresh`` ones among them whose budget is known
+    (a replica still reading its capacity from the model server reports none: the per-replica
+    budget is the mean of the known ones, never lowered by a 0).
     """
 
     active: int

@@ -44,7 +44,7 @@ class Sample(NamedTuple):
     capacity_rejected: int
     policy_rejected: int
     in_flight_tokens: int
-    token_budget: int
+    token_budget: int | None  # None: still being read from the model server (unknown, not 0)
     queue_depth: int
     tenant_capacity: Mapping[str, int]
 
@@ -230,9 +230,10 @@ def observe(
             continue
         if not pod.ready:
             starting += 1
-        fresh += 1
         in_flight += snap.in_flight_tokens
-        budget += snap.token_budget
+        if snap.token_budget is not None:  # a replica still sizing itself holds an unknown budget, not 0
+            fresh += 1
+            budget += snap.token_budget
         queue += snap.queue_depth
         baseline = baselines.get(pod.name)
         delta = pod_delta(baseline, snap, max_window_s)

@@ -158,3 +158,20 @@ def test_pods_refilling_the_warm_pool_are_not_loading_to_serve() -> None:
     assert observe(refill, {}, {}, 100.0, 30.0, 600.0, warm_pool_size=1).loading == 1
     # a trigger written without warmPoolSize: unknown, counted as before (none)
     assert observe(refill, {}, {}, 100.0, 30.0, 600.0).loading == 0
+
+
+def test_a_replica_still_sizing_itself_holds_an_unknown_budget_not_zero() -> None:
+    # a sidecar reading its capacity from the model server reports a null budget (token_budget_source
+    # "pending"); the pool's utilisation is the sized replica's, as if the other held as much
+    pending = StatsSnapshot.model_validate_json(snapshot(160, pod="b", token_budget_source="pending").model_dump_json())
+    assert (pending.token_budget, pending.max_concurrency) == (None, None)
+    pods = [PodInfo("a", "http://a"), PodInfo("b", "http://b", ready=False)]
+    current = {
+        "a": snap(160, admitted=70, in_flight_tokens=800, token_budget=1000),
+        "b": Sample.of(pending),
+    }
+    o = observe(pods, current, {}, now_s=161, stale_after_s=45, max_window_s=120)
+    assert (o.active, o.starting, o.fresh, o.token_budget) == (2, 1, 1, 1000)
+    assert o.utilization == 800 / (2 * 1000)
+    everyone_pending = observe(pods, {"b": Sample.of(pending)}, {}, now_s=161, stale_after_s=45, max_window_s=120)
+    assert everyone_pending.utilization is None  # unknown, not infinitely full nor empty
