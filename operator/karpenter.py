@@ -4,7 +4,9 @@ Karpenter v1 writes two things on a NodePool that the pool's conditions repeat
 (sigs.k8s.io/karpenter v1.14.1):
 
 - ``status.conditions``: ``Ready``, which follows ``ValidationSucceeded`` and ``NodeClassReady``
-  (``pkg/apis/v1/nodepool_status.go``). A NodePool whose ``nodeClassRef`` the running cloud
+  (``pkg/apis/v1/nodepool_status.go``), and ``NodeRegistrationHealthy``, which is not part of
+  ``Ready``: False once nodes of the NodePool fail to launch or register
+  (``pkg/controllers/nodeclaim/lifecycle/liveness.go``), said in NodePoolReady's message. A NodePool whose ``nodeClassRef`` the running cloud
   provider does not serve is skipped by every NodePool controller (``pkg/controllers/nodepool/
   readiness``: "Ignore NodePools which aren't using a supported NodeClass"): it never gets a
   condition, and no node is ever launched for it. A missing node class gives
@@ -66,7 +68,15 @@ def readiness(node_pool: Mapping[str, Any]) -> Readiness:
     ready = conditions.get("Ready")
     nodes = (node_pool.get("status") or {}).get("nodes")
     if ready is not None and ready.get("status") == "True":
-        return Readiness(True, "Ready", f"NodePool {name} is Ready in Karpenter ({nodes or 0} node(s))")
+        message = f"NodePool {name} is Ready in Karpenter ({nodes or 0} node(s))"
+        registration = conditions.get("NodeRegistrationHealthy")
+        if registration is not None and registration.get("status") == "False":
+            # Not part of Karpenter's Ready: its nodes launch but fail to register (or to launch).
+            message += (
+                f", but NodeRegistrationHealthy=False ({registration.get('reason') or 'no reason'}: "
+                f"{registration.get('message') or 'no message'}): its nodes fail to launch or join the cluster"
+            )
+        return Readiness(True, "Ready", message)
     others = [c for t, c in conditions.items() if t != "Ready"]
     failing = [c for c in others if c.get("status") == "False"] or [c for c in others if c.get("status") != "True"]
     if ready is not None and not failing:

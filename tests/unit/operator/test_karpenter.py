@@ -91,3 +91,22 @@ def test_cannot_place_takes_each_pods_latest_event() -> None:
     events = [_event("u1", "Failed to schedule pod, old", 5.0), _event("u1", BIG, 10.0), _event("u2", "x", 1.0)]
     says = karpenter.cannot_place(events)
     assert says["u1"].startswith("no instance type has enough resources") and says["u2"] == "x"
+
+
+def test_node_registration_unhealthy_is_said_beside_ready() -> None:
+    # Karpenter v1.14.1 keeps the NodePool Ready while its nodes fail to register (liveness.go).
+    conditions = [
+        {"type": "Ready", "status": "True"},
+        {"type": "NodeRegistrationHealthy", "status": "False", "reason": "RegistrationFailed",
+         "message": "Failed to register node"},
+    ]  # fmt: skip
+    verdict = karpenter.readiness(_node_pool(conditions))
+    assert verdict.ok and verdict.reason == "Ready"
+    assert verdict.message == (
+        "NodePool tidegate-ns-p is Ready in Karpenter (1 node(s)), but NodeRegistrationHealthy=False "
+        "(RegistrationFailed: Failed to register node): its nodes fail to launch or join the cluster"
+    )
+    healthy = [conditions[0], {**conditions[1], "status": "True"}]
+    assert (
+        karpenter.readiness(_node_pool(healthy)).message == "NodePool tidegate-ns-p is Ready in Karpenter (1 node(s))"
+    )
