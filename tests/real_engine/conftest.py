@@ -104,17 +104,24 @@ def llama_binaries() -> tuple[str, str]:
     return binary, model
 
 
+def llama_args(
+    binary: str, model: str, port: int, parallel: int = SLOTS, ctx_size: int = SLOTS * CTX_PER_SLOT
+) -> list[str]:
+    """llama-server's command line for the tests (the module docstring's shape by default)."""
+    return [
+        binary, "-m", model, "--alias", MODEL_ALIAS, "--host", "127.0.0.1", "--port", str(port),
+        "--ctx-size", str(ctx_size), "--parallel", str(parallel), "--threads", "1",
+        "--metrics", "--slots", "--no-webui", "--seed", "7",
+    ]  # fmt: skip
+
+
 @pytest.fixture(scope="session")
 def llama_server(llama_binaries: tuple[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaServer]:
     """One llama-server for the session (2 slots x 1024 tokens, metrics and /slots on)."""
     binary, model = llama_binaries
     port = free_port()
     log = tmp_path_factory.mktemp("llama") / "llama-server.log"
-    args = [
-        binary, "-m", model, "--alias", MODEL_ALIAS, "--host", "127.0.0.1", "--port", str(port),
-        "--ctx-size", str(SLOTS * CTX_PER_SLOT), "--parallel", str(SLOTS), "--threads", "1",
-        "--metrics", "--slots", "--no-webui", "--seed", "7",
-    ]  # fmt: skip
+    args = llama_args(binary, model, port)
     with open(log, "wb") as out:
         proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT)
     server = LlamaServer(f"http://127.0.0.1:{port}", binary, model, log)
@@ -170,12 +177,16 @@ class RealSidecar:
 
 @pytest.fixture
 def start_sidecar(llama_server: LlamaServer, tmp_path: pathlib.Path) -> Iterator[Callable[..., RealSidecar]]:
-    """``start_sidecar(admission={...}, server={...}, **model)``: ``tidegate admission`` as a process, configured
-    with the ConfigMap the operator builds for :func:`pool_manifest`, in front of the server."""
+    """``start_sidecar(admission={...}, server={...}, upstream=None, **model)``: ``tidegate admission`` as a
+    process, configured with the ConfigMap the operator builds for :func:`pool_manifest`, in front of
+    the session's server (or of ``upstream``, a server the test runs itself)."""
     started: list[RealSidecar] = []
 
     def start(
-        admission: dict[str, Any] | None = None, server: dict[str, Any] | None = None, **model: Any
+        admission: dict[str, Any] | None = None,
+        server: dict[str, Any] | None = None,
+        upstream: str | None = None,
+        **model: Any,
     ) -> RealSidecar:
         pool = InferencePool.model_validate(pool_manifest(admission, server, **model))
         config = configmap.admission_config_map(pool)["data"][names.CONFIG_FILE]
@@ -186,7 +197,7 @@ def start_sidecar(llama_server: LlamaServer, tmp_path: pathlib.Path) -> Iterator
         log = tmp_path / f"sidecar-{len(started)}.log"
         args = [
             sys.executable, "-m", "tidegate.cli.main", "admission", "--config", str(path),
-            "--upstream", llama_server.url, "--listen", f"127.0.0.1:{port}", "--event-loop", "asyncio",
+            "--upstream", upstream or llama_server.url, "--listen", f"127.0.0.1:{port}", "--event-loop", "asyncio",
         ]  # fmt: skip
         with open(log, "wb") as out:
             proc = subprocess.Popen(
