@@ -2,7 +2,8 @@
 
 Triggers: the pool's create/update/resume, a periodic resync timer, and events of the pool's
 pods and children (so a hand edit or a deleted child is repaired at once, not at the next
-resync). One lock per pool serialises reconciles of the same pool across those triggers.
+resync), its ScaledObject included (KEDA's status: KedaReady) and its NodePool (Karpenter's
+status: NodePoolReady). One lock per pool serialises reconciles of the same pool across those triggers.
 
 Run: ``tidegate operator`` or ``kopf run -m tidegate.operator.handlers --all-namespaces``.
 Peering: run one replica (Deployment strategy ``Recreate``) with ``--standalone``; kopf
@@ -176,8 +177,22 @@ def pod_event(meta: kopf.Meta, namespace: str, **_: Any) -> None:
     _kick(namespace, meta["labels"][constants.LABEL_POOL])
 
 
+@kopf.on.event("keda.sh", "v1alpha1", "scaledobjects", labels={"app.kubernetes.io/managed-by": "tidegate"})
 @kopf.on.event("apps", "v1", "deployments", labels={"app.kubernetes.io/managed-by": "tidegate"})
 @kopf.on.event("", "v1", "services", labels={"app.kubernetes.io/managed-by": "tidegate"})
 @kopf.on.event("", "v1", "configmaps", labels={"app.kubernetes.io/managed-by": "tidegate"})
 def child_event(meta: kopf.Meta, namespace: str, **_: Any) -> None:
     _kick(namespace, meta["labels"][constants.LABEL_POOL])
+
+
+@kopf.on.event(
+    "karpenter.sh",
+    "v1",
+    "nodepools",
+    labels={"app.kubernetes.io/managed-by": "tidegate", names.LABEL_NAMESPACE: kopf.PRESENT},
+)
+def node_pool_event(meta: kopf.Meta, **_: Any) -> None:
+    """Karpenter wrote the pool's NodePool (its status: Ready, NodeClassReady, nodes): NodePoolReady
+    follows at once, not at the next resync. Cluster-scoped: its labels name the pool's namespace."""
+    labels = meta["labels"]
+    _kick(labels[names.LABEL_NAMESPACE], labels[constants.LABEL_POOL])

@@ -16,6 +16,8 @@ ANNOTATION_DO_NOT_DISRUPT = "karpenter.sh/do-not-disrupt"
 ANNOTATION_DELETION_COST = "controller.kubernetes.io/pod-deletion-cost"
 ANNOTATION_DRAINING_SINCE = f"{constants.GROUP}/draining-since"
 FINALIZER = f"{constants.GROUP}/nodepool-cleanup"
+# On the cluster-scoped NodePool (and its nodes): the namespace of the pool that owns it.
+LABEL_NAMESPACE = f"{constants.GROUP}/namespace"
 
 # Pod deletion costs: the ReplicaSet removes the cheapest pods first, so a scale-down of the
 # Deployment takes draining pods, then warm ones, and never an active one while others exist.

@@ -284,6 +284,15 @@ def _keda(kube: Kube, settings: OperatorSettings, pool: InferencePool, owner: di
                 reachable,
                 keda_says,
             )
+    if keda_says:
+        # KEDA took the ScaledObject but cannot act on it (e.g. ScaledObjectCheckFailed while the
+        # scaler does not answer GetMetricSpec): nothing scales this pool until it is Ready.
+        return (
+            Integration.NOT_READY,
+            f"KEDA reports ScaledObject {name} not Ready: {keda_says} (scaler {settings.scaler_address})",
+            reachable,
+            keda_says,
+        )
     return Integration.APPLIED, message, reachable, keda_says
 
 

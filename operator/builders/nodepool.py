@@ -53,7 +53,7 @@ def node_pool(pool: InferencePool) -> dict[str, Any]:
             budget.pop("reasons", None)
     spec: dict[str, Any] = {
         "template": {
-            "metadata": {"labels": {**names.common_labels(pool), "tidegate.dev/namespace": pool.metadata.namespace}},
+            "metadata": {"labels": {**names.common_labels(pool), names.LABEL_NAMESPACE: pool.metadata.namespace}},
             "spec": template_spec,
         },
         "disruption": disruption,
@@ -66,7 +66,7 @@ def node_pool(pool: InferencePool) -> dict[str, Any]:
         "kind": "NodePool",
         "metadata": {
             "name": names.node_pool_name(pool),
-            "labels": {**names.common_labels(pool), "tidegate.dev/namespace": pool.metadata.namespace},
+            "labels": {**names.common_labels(pool), names.LABEL_NAMESPACE: pool.metadata.namespace},
         },
         "spec": spec,
     }

@@ -41,6 +41,10 @@ def _condition(pool: dict, ctype: str) -> str | None:
     return next((c["status"] for c in pool.get("status", {}).get("conditions", []) if c["type"] == ctype), None)
 
 
+def _reason(pool: dict, ctype: str) -> str:
+    return next((c["reason"] for c in pool.get("status", {}).get("conditions", []) if c["type"] == ctype), "")
+
+
 def _message(pool: dict, ctype: str) -> str:
     return next((c["message"] for c in pool.get("status", {}).get("conditions", []) if c["type"] == ctype), "")
 
@@ -98,7 +102,8 @@ def _assert_reconciled(kubectl, namespace: str, pool: dict) -> None:
         lambda: (
             (p := _get(kubectl, namespace, "inferencepool", name))
             and p.get("status", {}).get("observedGeneration") == p["metadata"]["generation"]
-            and _condition(p, "KedaReady") == "True"
+            # KEDA took the ScaledObject (Applied; NotReady once KEDA finds no scaler to ask, as here)
+            and _reason(p, "KedaReady") in ("Applied", "NotReady")
             and _condition(p, "Degraded") == "True"
             and "exceeded quota: no-gpus" in _message(p, "Degraded")
             and p

@@ -21,6 +21,8 @@ DOC = (REPO / "docs/troubleshooting.md").read_text()
 # Kubernetes' own reasons, which the operator's Warning Events repeat: the kubelet's on a container that
 # cannot pull its image, the ReplicaSet controller's when it cannot create pods, the scheduler's
 KUBERNETES_REASONS = {"FailedCreate", "Unschedulable", "FailedScheduling"} | failures.STUCK_WAITING
+# KEDA v2.21.0's reason on a ScaledObject whose scaler it cannot query (quoted in KedaReady's message)
+KEDA_REASONS = {"ScaledObjectCheckFailed"}
 DEGRADED_REASONS = {v for k, v in vars(failures.Reason).items() if k.isupper()}
 
 
@@ -63,7 +65,7 @@ def test_every_condition_reason_named_is_one_the_operator_writes() -> None:
     assert {"WaitingForReplicas", "InvalidSpec", "CRDMissing", "HealthCheckFailed", "Scaled"} <= after_reason
     # every backquoted CamelCase word but the alerts' names (held to the chart below)
     named = {w for w in re.findall(r"`([A-Z][A-Za-z]+)`", DOC) if not w.startswith("Tidegate")}
-    known = _condition_reasons() | {t.value for t in ConditionType} | KUBERNETES_REASONS
+    known = _condition_reasons() | {t.value for t in ConditionType} | KUBERNETES_REASONS | KEDA_REASONS
     assert named <= known, sorted(named - known)
 
 
