@@ -10,7 +10,8 @@ Names and labels:
   class name or ``unknown`` (a client's header never creates a series);
 - ``tidegate_admission_in_flight_tokens{pool}``, ``_in_flight_requests{pool}``, ``_queue_depth{pool}``,
   ``_token_budget{pool}``, ``_max_concurrency{pool}`` (the numbers in force: configured, or read from
-  the model server, see :mod:`tidegate.admission.sizing`), ``_budget_fallback{pool}`` (1 while one of
+  the model server, see :mod:`tidegate.admission.sizing`; NaN while still being read: unknown, not
+  0), ``_budget_fallback{pool}`` (1 while one of
   them is a fallback because the server reported no capacity) (gauges, read at scrape time; every
   gauge here carries ``pool`` like the counters, so series from a scrape without target labels still
   say whose they are);
@@ -48,6 +49,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 
 from tidegate.admission.breaker import BreakerState
 from tidegate.admission.engine import Engine
+from tidegate.admission.sizing import Source
 from tidegate.admission.ticket import Ticket
 
 _CACHED_CHILDREN = 4096  # label children remembered per metric (keys include raw tenant names: bounded)
@@ -116,8 +118,10 @@ class SidecarMetrics:
             "tidegate_admission_in_flight_tokens": ("Reserved tokens in flight.", lambda: engine().in_flight_tokens),
             "tidegate_admission_in_flight_requests": ("Requests in flight.", lambda: engine().in_flight_requests),
             "tidegate_admission_queue_depth": ("Requests waiting in the admission queue.", lambda: engine().queue.depth),
-            "tidegate_admission_token_budget": ("Token budget in force (adaptive or configured).", lambda: engine().token_budget),
-            "tidegate_admission_max_concurrency": ("Replica concurrency cap in force.", lambda: engine().admission.max_concurrency),
+            "tidegate_admission_token_budget": ("Token budget in force (adaptive or configured); NaN while it is read "
+                                                "from the model server.", lambda: _budget(engine())),
+            "tidegate_admission_max_concurrency": ("Replica concurrency cap in force; NaN while it is read from the "
+                                                   "model server.", lambda: _concurrency(engine())),
             "tidegate_admission_budget_fallback": ("1 while the budget or concurrency is a fallback: unset, and the model "
                                                    "server reported no capacity.", lambda: float(engine().sizing.fallback)),
             "tidegate_backend_kv_cache_usage_ratio": ("Backend KV-cache usage (0..1), last reading.",
@@ -236,3 +240,13 @@ class SidecarMetrics:
 
 def _nan(value: float | None) -> float:
     return float("nan") if value is None else float(value)
+
+
+def _budget(engine: Engine) -> float:
+    """The token budget in force; NaN while pending (unknown, not 0)."""
+    return _nan(None if engine.sizing.budget_source is Source.PENDING else engine.token_budget)
+
+
+def _concurrency(engine: Engine) -> float:
+    """The concurrency cap in force; NaN while pending."""
+    return _nan(None if engine.sizing.concurrency_source is Source.PENDING else engine.admission.max_concurrency)

@@ -15,7 +15,8 @@ replicas are Kubernetes facts); rates and gauges come from Prometheus, per pod, 
 ``rate()`` already handles counter resets and pods coming and going. Requirements: the scrape
 adds ``namespace`` and ``pod`` target labels (a PodMonitor does; the label names are settable),
 and ``windowSeconds`` spans at least two scrape intervals. A pod without a fresh gauge sample is
-*stale* (the law holds), as in the sidecar source. Prometheus unreachable or failing:
+*stale* (the law holds), as in the sidecar source; a budget gauge that is NaN (a replica still
+reading its capacity from the model server) is an unknown budget, left out of the per-replica one. Prometheus unreachable or failing:
 :class:`~tidegate.scaler.errors.SourceError` (UNAVAILABLE to KEDA, which falls back).
 
 Reasons are the closed sets of :mod:`tidegate.admission.reasons`, so a reason added there is
@@ -24,6 +25,7 @@ classed here without an edit.
 
 import asyncio
 import dataclasses
+import math
 import re
 import time
 from collections.abc import Callable, Mapping
@@ -141,6 +143,7 @@ class PrometheusSignals:
         fresh_names = {p.name for p in fresh}
         stale = tuple(sorted(p.name for p in active if p.name not in fresh_names and p.ready))
         starting = sum(1 for p in active if not p.ready)
+        budgets = {n: budget[n] for n in fresh_names if math.isfinite(budget.get(n, math.nan))}  # NaN: pending
         # a fresh pod without decision series has decided nothing yet (labelled counters appear on first use)
         reporting = [p.name for p in fresh]
         tenants = int(float(r["tenants"][0]["value"][1])) if r["tenants"] else 0
@@ -156,8 +159,8 @@ class PrometheusSignals:
             policy_rejected_per_s=sum(policy.get(n, 0.0) for n in reporting),
             capacity_rejected_tenants=tenants,
             in_flight_tokens=round(sum(in_flight.get(n, 0.0) for n in fresh_names)),
-            token_budget=round(sum(budget.get(n, 0.0) for n in fresh_names)),
-            fresh=len(fresh),
+            token_budget=round(sum(budgets.values())),
+            fresh=len(budgets),
             queue_depth=round(sum(queue.get(n, 0.0) for n in fresh_names)),
         )
 

@@ -133,3 +133,7 @@ async def test_a_replica_still_reading_its_capacity_shows_no_numbers(start_sidec
         doc = await stats_of(http, sidecar)
         # not a made-up 65536 / 64 beside "pending": a reader must not take them for capacity
         assert numbers(doc) == (None, None, "pending", "pending")
+        async with http.get(sidecar.url + "/metrics") as resp:
+            page = await resp.text()
+        assert 'tidegate_admission_token_budget{pool="test"} NaN' in page
+        assert 'tidegate_admission_max_concurrency{pool="test"} NaN' in page
