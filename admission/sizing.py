@@ -29,7 +29,10 @@ bounded: once the model server has answered healthy and :attr:`waited_out` (the 
 never reports capacity (``openai``), a missing number takes its fallback
 (:data:`~tidegate.api.admission.FALLBACK_TOKEN_BUDGET`, at least ``model.maxContextTokens``;
 :data:`~tidegate.api.admission.FALLBACK_MAX_CONCURRENCY`) with :attr:`Source.FALLBACK`, which the
-sidecar logs as a WARNING and shows in its stats and metrics. A capacity read later replaces it.
+sidecar logs as a WARNING and shows in its stats and metrics. A capacity read later replaces it, and
+so does one that changes later (the server restarted with other flags: the poller reads it again when
+the server turns healthy again, when its progress counter drops, and every 60 s); the engine logs
+such a change as a WARNING with the old and new numbers.
 
 Pure: no I/O, no clock.
 """

@@ -396,7 +396,9 @@ class AdmissionSpec(ApiModel):
         "capacity within 30 s (engine `openai` at once) the replica runs on "
         f"{FALLBACK_TOKEN_BUDGET} tokens (at least `model.maxContextTokens`) and says so: a WARNING, "
         "`token_budget_source: fallback` and a `config_warnings` entry in its stats, "
-        "`tidegate_admission_budget_fallback` 1. A number overrides the engine.",
+        "`tidegate_admission_budget_fallback` 1. Read again when the model server restarts (it turns healthy "
+        "again) and every 60 s: a server restarted with another shape resizes the replica at once, with a "
+        "WARNING. A number overrides the engine.",
     )
     max_concurrency: int | None = Field(
         default=None,
