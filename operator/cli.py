@@ -7,9 +7,10 @@ from typing import Any
 def _run(args: argparse.Namespace) -> int:
     import kopf
 
-    from tidegate.operator import handlers, logs  # noqa: F401  (handlers: registers them)
+    from tidegate.operator import handlers, logs  # handlers: importing it registers them
 
     logs.configure(verbose=args.verbose, json=args.log_json)
+    handlers.STATE.namespaces = tuple(args.namespace or ())
     kopf.run(
         standalone=True,
         clusterwide=not args.namespace,

@@ -11,6 +11,7 @@ peering freezes replicas of equal priority, and one reconciler per pool is what 
 """
 
 import datetime
+import fnmatch
 import logging
 import threading
 from collections import defaultdict
@@ -38,6 +39,7 @@ class _State:
     kube: Kube
     probe: ScalerProbe
     locks: defaultdict[tuple[str, str], threading.Lock] = defaultdict(threading.Lock)
+    namespaces: tuple[str, ...] = ()  # --namespace patterns (kopf globs); empty: every namespace
     dirty: set[tuple[str, str]] = set()
 
 
@@ -193,6 +195,15 @@ def child_event(meta: kopf.Meta, namespace: str, **_: Any) -> None:
 )
 def node_pool_event(meta: kopf.Meta, **_: Any) -> None:
     """Karpenter wrote the pool's NodePool (its status: Ready, NodeClassReady, nodes): NodePoolReady
-    follows at once, not at the next resync. Cluster-scoped: its labels name the pool's namespace."""
+    follows at once, not at the next resync. Cluster-scoped: its labels name the pool's namespace,
+    and kopf watches cluster-scoped resources in every namespace whatever ``--namespace`` says, so
+    a pool outside the operator's namespaces is left to the operator that serves it."""
     labels = meta["labels"]
-    _kick(labels[names.LABEL_NAMESPACE], labels[constants.LABEL_POOL])
+    if watched(labels[names.LABEL_NAMESPACE], STATE.namespaces):
+        _kick(labels[names.LABEL_NAMESPACE], labels[constants.LABEL_POOL])
+
+
+def watched(namespace: str, patterns: tuple[str, ...]) -> bool:
+    """Whether ``namespace`` is one the operator serves: every one when ``patterns`` is empty, else
+    one matching a ``--namespace`` glob (kopf's own patterns; its ``!`` exclusions are not read)."""
+    return not patterns or any(fnmatch.fnmatchcase(namespace, p) for p in patterns if not p.startswith("!"))

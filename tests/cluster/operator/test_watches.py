@@ -6,6 +6,8 @@ the NodePool (Karpenter's status) and on the ScaledObject (KEDA's status) can br
 and KedaReady up to date within seconds.
 """
 
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -137,3 +139,57 @@ def test_keda_ready_says_what_keda_says_of_the_scaled_object(api_client, namespa
     assert keda["status"] == "False"
     assert keda_ready["reason"] == "NotReady"
     assert f"KEDA reports ScaledObject k not Ready: {keda['reason']}: " in keda_ready["message"], keda_ready
+
+
+def test_a_namespaced_operator_does_not_reconcile_a_pool_of_another_namespace_when_its_node_pool_changes(
+    cluster_env, api_client, scaler_health, namespace: str, tmp_path
+) -> None:
+    # `tidegate operator -n <namespace>`; a pool elsewhere, with a NodePool labelled as the operator
+    # labels its own. kopf watches cluster-scoped NodePools in every namespace whatever -n says.
+    custom = kubernetes.client.CustomObjectsApi(api_client)
+    core = kubernetes.client.CoreV1Api(api_client)
+    other = f"t-{uuid.uuid4().hex[:10]}"
+    core.create_namespace({"metadata": {"name": other, "labels": {"tidegate.dev/test": "true"}}})
+    env = {**operator_env(cluster_env, api_client, scaler_health, tmp_path), "TIDEGATE_RESYNC_SECONDS": RESYNC_S}
+    with (tmp_path / "operator.log").open("w") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "tidegate.cli.main", "operator", "-n", namespace],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    np_name = f"tidegate-{other}-elsewhere"
+    try:
+        custom.create_namespaced_custom_object(GROUP, VERSION, other, PLURAL, _idle_pool("elsewhere"))
+        custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, _idle_pool("here"))
+        wait_for(
+            lambda: _condition(custom, namespace, "here", "Ready"),
+            timeout_s=WATCH_DEADLINE_S,
+            what="the operator serving its own namespace",
+        )
+        labels = {
+            "app.kubernetes.io/managed-by": "tidegate",
+            "tidegate.dev/pool": "elsewhere",
+            "tidegate.dev/namespace": other,
+        }
+        node_pool = {
+            "apiVersion": "karpenter.sh/v1",
+            "kind": "NodePool",
+            "metadata": {"name": np_name, "labels": labels},
+            "spec": {
+                "template": {
+                    "spec": {
+                        "nodeClassRef": {"group": "karpenter.kwok.sh", "kind": "KWOKNodeClass", "name": "default"},
+                        "requirements": [],
+                    }
+                }
+            },
+        }
+        custom.create_cluster_custom_object("karpenter.sh", "v1", "nodepools", node_pool)
+        time.sleep(10)  # Karpenter marks the NodePool within seconds: a NodePool event the operator sees
+        assert not custom.get_namespaced_custom_object(GROUP, VERSION, other, PLURAL, "elsewhere").get("status")
+        assert not kubernetes.client.AppsV1Api(api_client).list_namespaced_deployment(other).items
+    finally:
+        stop_operator(proc)
+        custom.delete_cluster_custom_object("karpenter.sh", "v1", "nodepools", np_name)
+        core.delete_namespace(other, propagation_policy="Background")
