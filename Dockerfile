@@ -28,7 +28,8 @@ ENV PATH="/opt/tidegate/bin:${PATH}" \
     PYTHONDONTWRITEBYTECODE=1
 USER 65532:65532
 WORKDIR /tmp
-# 8081: admission sidecar, 9090: scaler gRPC, 9091: scaler metrics, 8080: operator liveness.
-EXPOSE 8080 8081 9090 9091
+# 8081: admission sidecar, 9090: scaler gRPC, 9091: scaler metrics, 8080: operator liveness,
+# 8082: operator metrics (the chart's operator.metricsPort).
+EXPOSE 8080 8081 8082 9090 9091
 ENTRYPOINT ["tidegate"]
 CMD ["--help"]
