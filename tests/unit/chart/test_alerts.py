@@ -209,3 +209,20 @@ def test_alert_fires_on_its_state_after_its_for(tmp_path: pathlib.Path, alert: s
         [promtool(), "test", "rules", str(tmp_path / "test.yaml")], capture_output=True, text=True, check=False
     )
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_operators_gauge_is_served_and_scraped_for_the_degraded_alert() -> None:
+    docs = render(*IMAGE, *PROMETHEUS_OPERATOR)
+    operator = next(d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"].endswith("-operator"))
+    container = operator["spec"]["template"]["spec"]["containers"][0]
+    assert {"name": "TIDEGATE_METRICS_PORT", "value": "8082"} in container["env"]
+    assert {"name": "metrics", "containerPort": 8082, "protocol": "TCP"} in container["ports"]
+    monitors = [d for d in docs if d["kind"] == "PodMonitor" and d["metadata"]["name"].endswith("-operator")]
+    assert len(monitors) == 1
+    spec = monitors[0]["spec"]
+    assert spec["selector"]["matchLabels"].items() <= operator["spec"]["template"]["metadata"]["labels"].items()
+    [endpoint] = spec["podMetricsEndpoints"]
+    # the series' own namespace (the pool's) must win over the operator pod's
+    assert endpoint["port"] == "metrics" and endpoint["honorLabels"] is True
+    off = render(*IMAGE, *PROMETHEUS_OPERATOR, "--set", "operator.metricsPort=0")
+    assert not [d for d in off if d["kind"] == "PodMonitor" and d["metadata"]["name"].endswith("-operator")]
