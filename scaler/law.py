@@ -9,7 +9,9 @@ active pods, plus gauges) and the :class:`Policy` (from ``spec.scaling``). Writi
 ``A`` admitted/s, ``C`` capacity-rejected/s, ``n`` active pods with rates,
 ``t`` = ``targetUtilization``, ``r*`` = ``targetCapacityRejectRate``, ``h`` = :data:`HYSTERESIS`,
 ``L`` in-flight tokens, ``B`` mean token budget per replica, ``N`` current active replicas
-(ready or still starting)::
+(ready or still starting), ``c`` the highest per-replica admitted rate ``A / n`` the law has seen
+*at the knee* in the last :data:`CAPACITY_MEMORY_S` (a window where the replicas were full: refusing
+for capacity above ``r*``, or token utilisation above the band ``t(1+h)``; none seen: no ``c``)::
 
     D        = A + C                       capacity demand; policy rejections never count
     rate     = C / D                       capacity reject rate (0 when D = 0)
@@ -19,10 +21,17 @@ active pods, plus gauges) and the :class:`Policy` (from ``spec.scaling``). Writi
     raw      = max(ceil(D / ((A / n) * t)), util_rec, N)   if rate > r*   (saturated; A ~ 0: maxReplicas)
              = minReplicas                                  else if idle (no demand, nothing in flight)
              = util_rec                                     otherwise
+    need     = ceil(D / (c * t))           throughput need, once a knee has been seen
+    raw      = max(raw, min(need, N))      when raw < N and not idle: never below the throughput need
 
 ``D / (A/n)`` is the demand in units of what one replica was observed to admit, so a
-saturated pool is sized to run at ``t``. Then, clamped to
-``[minReplicas, maxReplicas]``:
+saturated pool is sized to run at ``t``. The throughput need is the same measure remembered
+from the last time replicas were full, and only ever holds a scale-down: in-flight tokens grow
+super-linearly with congestion (Little's law, ``L = lambda * W`` with ``W`` growing as the
+replicas fill), so a pool that just scaled up sees ``L`` collapse and ``util_rec`` would take
+it straight back down (1 -> 2 -> 1 ...) while the demand it served is unchanged; ``D`` and
+``c`` are rates of requests, which do not depend on how congested the replicas are. Then,
+clamped to ``[minReplicas, maxReplicas]``:
 
 - up (``raw > N``): at most ``N + warm + maxScaleUpStep``; ready warm replicas are promoted in
   seconds and cost no new GPU, so they never use up the step;
@@ -47,6 +56,9 @@ from tidegate.api.scaling import ScalingSpec
 
 HYSTERESIS = 0.15
 """Half-width of the utilisation dead band, relative to the target (0.15: 0.75 -> 0.64..0.86)."""
+CAPACITY_MEMORY_S = 3600.0
+"""How long a per-replica rate seen at the knee is remembered (the replica model rarely changes;
+a new one is learnt at the next knee)."""
 HPA_TOLERANCE = 0.1
 """The HPA's default ``--horizontal-pod-autoscaler-tolerance``."""
 
@@ -152,11 +164,13 @@ class Observation:
 
 @dataclass(frozen=True)
 class LawState:
-    """What the law remembers between decisions for one pool: when it first looked, and its
-    recent raw recommendations ``(time_s, replicas)`` (kept for one cooldown)."""
+    """What the law remembers between decisions for one pool: when it first looked, its
+    recent raw recommendations ``(time_s, replicas)`` (kept for one cooldown), and the per-replica
+    admitted rates it saw at the knee ``(time_s, A / n)`` (kept for :data:`CAPACITY_MEMORY_S`)."""
 
     first_s: float | None = None
     recommendations: tuple[tuple[float, int], ...] = ()
+    knees: tuple[tuple[float, float], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -210,6 +224,27 @@ def _util_rec(policy: Policy, obs: Observation) -> int:
     return math.ceil(obs.in_flight_tokens / (per_replica * t))
 
 
+def knee_rate(policy: Policy, obs: Observation) -> float | None:
+    """Per-replica admitted/s ``A / n`` if this window shows the replicas full (refusing for
+    capacity above the target, or token utilisation above the band), else None. Windows with
+    replicas still starting say nothing about a replica's capacity."""
+    if obs.reporting == 0 or obs.window_s <= 0 or obs.admitted_per_s <= 0 or obs.starting:
+        return None
+    u = obs.utilization
+    full = obs.capacity_reject_rate > policy.target_capacity_reject_rate or (
+        u is not None and u > policy.target_utilization * (1 + policy.hysteresis)
+    )
+    return obs.admitted_per_s / obs.reporting if full else None
+
+
+def throughput_need(policy: Policy, obs: Observation, capacity: float | None) -> int | None:
+    """``ceil(D / (c * t))``: the demand in replicas admitting ``capacity`` each at the target; None
+    without a capacity or without demand."""
+    if not capacity or obs.demand_per_s <= 0:
+        return None
+    return math.ceil(obs.demand_per_s / (capacity * policy.target_utilization) - 1e-9)
+
+
 def _is_idle(obs: Observation) -> bool:
     return obs.demand_per_s == 0 and obs.in_flight_tokens == 0 and obs.queue_depth == 0
 
@@ -243,6 +278,7 @@ def decide(policy: Policy, obs: Observation, state: LawState, now_s: float) -> t
     first_s = now_s if state.first_s is None else state.first_s
     horizon = now_s - policy.scale_down_cooldown_s
     recs = tuple((t, r) for t, r in state.recommendations if t > horizon)
+    knees = tuple((t, c) for t, c in state.knees if t > now_s - CAPACITY_MEMORY_S)
     rates = obs.reporting > 0 and obs.window_s > 0
     facts = {
         "capacity_reject_rate": obs.capacity_reject_rate if rates else None,
@@ -263,6 +299,12 @@ def decide(policy: Policy, obs: Observation, state: LawState, now_s: float) -> t
             why = f"holding: {obs.starting} replica(s) starting" if obs.starting else "holding: first sample"
     else:
         raw, rule = raw_recommendation(policy, obs)
+        if (knee := knee_rate(policy, obs)) is not None:
+            knees = (*knees, (now_s, knee))
+        need = None
+        if raw < n and rule is not Reason.IDLE:
+            need = throughput_need(policy, obs, max((c for _, c in knees), default=None))
+            raw = max(raw, min(need or 0, n))
         raw = policy.clamp(raw)
         recs = (*recs, (now_s, raw))
         if raw > n:
@@ -293,6 +335,8 @@ def decide(policy: Policy, obs: Observation, state: LawState, now_s: float) -> t
             why = f"steady (capacity reject {_pct(obs.capacity_reject_rate)}" + (
                 f", utilisation {_pct(obs.utilization)})" if obs.utilization is not None else ")"
             )
+            if need is not None and need >= n:
+                why += f"; demand {obs.demand_per_s:.3g}/s needs {need} at the {_pct(policy.target_utilization)} target"
             if rule is Reason.SATURATED:
                 why = f"capacity reject {_pct(obs.capacity_reject_rate)}, but {n} replicas cover the demand"
                 why += f" ({obs.starting} starting)" if obs.starting else ""
@@ -316,7 +360,7 @@ def decide(policy: Policy, obs: Observation, state: LawState, now_s: float) -> t
         time_s=now_s,
         **facts,
     )
-    return decision, dataclasses.replace(state, first_s=first_s, recommendations=recs)
+    return decision, dataclasses.replace(state, first_s=first_s, recommendations=recs, knees=knees)
 
 
 def _is_active(obs: Observation, desired: int, rates: bool) -> bool:

@@ -168,3 +168,36 @@ def test_nothing_admitted_at_all_takes_a_full_step() -> None:
     d, _ = decide(WIDE, obs(admitted=0, capacity=50), LawState(), now_s=0)
     assert (d.desired, d.reason) == (8, Reason.SATURATED)
     assert "step-limited; demand asks 20" in d.text
+
+
+def test_a_pool_whose_congestion_clears_after_a_scale_up_does_not_scale_back_down() -> None:
+    # Little's law: 1 replica congested at 4 req/s holds 97 % of its budget in flight; on 2 replicas the
+    # same 4 req/s hold 4 %. In-flight tokens alone say "fits 1" (1 -> 2 -> 1 -> 2 ...); the
+    # admitted rate seen when the replica was full (4/s) says 4/s needs 2 at the 75 % target.
+    policy = Policy(min_replicas=1, max_replicas=8, scale_down_cooldown_s=300)
+    d, state = decide(policy, obs(active=1, admitted=4, util=0.97), LawState(), now_s=0)
+    assert (d.desired, d.reason) == (2, Reason.UTILIZATION)
+    for t in range(15, 1200, 15):
+        d, state = decide(policy, obs(active=2, admitted=4, util=0.04), state, now_s=t)
+        assert (d.desired, d.reason) == (2, Reason.STEADY), d.text
+    assert d.text == "2 -> 2: steady (capacity reject 0%, utilisation 4%); demand 4/s needs 2 at the 75% target"
+
+
+def test_a_pool_remembers_its_knee_but_still_scales_down_when_demand_falls() -> None:
+    policy = Policy(min_replicas=1, max_replicas=8, scale_down_cooldown_s=300)
+    # saturated at 2 replicas admitting 3/s each: capacity 3/s per replica
+    _, state = decide(policy, obs(active=2, admitted=6, capacity=3, util=0.95), LawState(), now_s=0)
+    _, state = decide(policy, obs(active=4, admitted=9, util=0.3), state, now_s=15)
+    d, state = decide(policy, obs(active=4, admitted=4, util=0.05), state, now_s=400)
+    # 4/s over 3/s per replica at 75 % -> ceil(1.78) = 2, not the 1 the in-flight tokens say
+    assert (d.desired, d.reason) == (2, Reason.SCALE_DOWN)
+    d, _ = decide(policy, obs(active=2, admitted=1, util=0.02), state, now_s=800)
+    assert (d.desired, d.reason) == (1, Reason.SCALE_DOWN)
+
+
+def test_a_rate_seen_while_replicas_start_is_no_measure_of_capacity() -> None:
+    policy = Policy(min_replicas=1, max_replicas=8, scale_down_cooldown_s=0)
+    # saturated while 2 of 4 replicas are still loading: 2/s per serving replica is not a knee
+    _, state = decide(policy, obs(active=4, admitted=4, capacity=8, reporting=2, starting=2), LawState(), now_s=0)
+    d, _ = decide(policy, obs(active=4, admitted=4, util=0.05), state, now_s=15)
+    assert d.desired == 1

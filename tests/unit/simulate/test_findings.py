@@ -9,7 +9,7 @@ keeps a window of ``scaleDownCooldownSeconds`` (the HPA's default is 300 s), and
 """
 
 from tests.unit.simulate.conftest import BASE
-from tidegate.sim.simulate import core, policies, scenario
+from tidegate.sim.simulate import core, policies, report, scenario
 
 SPIKE = {**BASE, "faults": [], "duration_s": 420, "load": {"spikes": [{"start_s": 60, "end_s": 360, "factor": 4}]}}
 
@@ -25,3 +25,11 @@ def test_tidegate_never_scales_down_while_the_spike_lasts() -> None:
 
 def test_with_the_hpa_default_window_it_does_not() -> None:
     assert _down_during_spike("tidegate-hpa300") == []
+
+
+def test_a_pool_whose_congestion_clears_after_scaling_up_does_not_flap() -> None:
+    """diurnal, seed 0: in-flight tokens are super-linear in congestion (387k on 1 replica, 34k on 2
+    a poll later), so sizing by them alone took the pool 1 -> 2 -> 1 (5 flaps); the law now holds
+    the throughput the replicas served at their knee."""
+    sim = core.Simulator(scenario.load("diurnal"), policies.make("tidegate"), seed=0).run()
+    assert report.summarize(sim).flaps == 0
