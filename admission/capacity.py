@@ -21,7 +21,13 @@ work runs whole; a full replica completes ``budget/d`` tokens per second, Little
 tokens x the measured seconds per charged token. Prefill speed is learned from streamed requests'
 TTFT and ends the (unobservable) prefill of non-streamed ones.
 
-Adaptive budget (``adaptiveBudget``, off by default): once per window the budget in force moves
+Backend TTFT (:meth:`Capacity.predicted_ttft_s`): per priority class, the time from forwarding a
+request to its first streamed token, smoothed as TCP smooths round-trip times (RFC 6298 section 2:
+``mean += (x - mean)/8``, ``dev += (|mean - x| - dev)/4``, first sample ``mean = x``, ``dev = x/2``)
+and predicted as ``mean + 4 dev``. The engine takes it from the class TTFT SLO to get the queue
+deadline: a request dispatched at that deadline still shows its first token within the SLO.
+
+Adaptive budget (``adaptiveBudget``, on by default): once per window the budget in force moves
 with the p95 of backend TTFT / class SLO, within ``minRatio`` .. ``maxRatio`` x ``tokenBudget``.
 
 Pure: times are passed in.
@@ -39,6 +45,8 @@ ADAPT_MIN_SAMPLES = 20
 """Fewer TTFT samples than this in a window: the adaptive budget does not move."""
 ADAPT_BUSY = 0.8
 """The adaptive budget grows only if at least this share of it was in use during the window."""
+TTFT_ALPHA, TTFT_BETA, TTFT_K = 1 / 8, 1 / 4, 4
+"""Smoothing of the backend TTFT and the weight of its deviation (RFC 6298 section 2's alpha, beta and K)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +91,7 @@ class Capacity:
         self._s_per_token = tuning.prior_s_per_token
         self._prefill_tokens_per_s = tuning.prior_prefill_tokens_per_s
         self._ttft_ratios: list[float] = []
+        self._ttft: dict[str, tuple[float, float]] = {}  # class ("" for all) -> (smoothed, deviation)
         self._peak_use = 0.0
         self._adapted_at_s = now
         self.token_budget = admission.token_budget
@@ -218,12 +227,27 @@ class Capacity:
         self.learn_ttft(ticket, ttft_s)
 
     def learn_ttft(self, ticket: Ticket, ttft_s: float | None) -> None:
-        """One backend TTFT sample for the adaptive budget (when enabled)."""
-        if ttft_s is None or not self.admission.adaptive_budget.enabled or len(self._ttft_ratios) >= 100_000:
+        """One backend TTFT sample: for :meth:`predicted_ttft_s` and the adaptive budget (when enabled)."""
+        if ttft_s is None or ttft_s < 0:
+            return
+        for key in (ticket.priority, ""):
+            if key not in self._ttft:
+                self._ttft[key] = (ttft_s, ttft_s / 2)
+                continue
+            mean, dev = self._ttft[key]
+            dev += TTFT_BETA * (abs(mean - ttft_s) - dev)
+            self._ttft[key] = (mean + TTFT_ALPHA * (ttft_s - mean), dev)
+        if not self.admission.adaptive_budget.enabled or len(self._ttft_ratios) >= 100_000:
             return
         klass = self._classes.get(ticket.priority)
         if klass is not None:
             self._ttft_ratios.append(ttft_s / (klass[1].ttft_slo_ms / 1000.0))
+
+    def predicted_ttft_s(self, priority: str) -> float:
+        """The backend TTFT a request of class ``priority`` should allow for (smoothed + 4 deviations;
+        the class's own samples, else all classes', else 0 before any streamed request ended)."""
+        mean, dev = self._ttft.get(priority) or self._ttft.get("") or (0.0, 0.0)
+        return mean + TTFT_K * dev
 
     def first_token(self, ticket: Ticket, ttft_s: float | None) -> bool:
         """``ticket``'s first token arrived: prefill over (teaches the prefill speed). True if it was in prefill."""

@@ -16,7 +16,10 @@ prediction which scans the bounded queue when it is not empty):
    counters and metrics still name the tenant sent;
 5. replica capacity: admit at once when nothing is queued and it fits; otherwise queue in the
    weighted-fair queue (:mod:`~tidegate.admission.fairqueue`) unless the predicted start misses
-   the deadline (``slo_unreachable``, at once) or the queue is full (a higher class displaces the
+   the deadline (``slo_unreachable``, at once; the deadline, also the ``queue_timeout`` one, is the
+   class TTFT SLO less the class's predicted backend TTFT,
+   :meth:`~tidegate.admission.capacity.Capacity.predicted_ttft_s`, and at most ``queue.maxWaitMs``)
+   or the queue is full (a higher class displaces the
    lowest queued request, else ``queue_full``; with queueing disabled ``token_budget`` or
    ``concurrency``). A tenant over ``borrowingCap`` x its fair share of the budget while other
    tenants are active is *demoted*: queued behind every normal request, admitted when room remains,
@@ -398,7 +401,10 @@ class Engine:
             return self._reject(ticket, Reason.BAD_REQUEST, f"unknown priority class {name!r} (known: {known})", None)
         rank, klass = self._classes[name]
         ticket.rank = rank
-        ticket.deadline_s = now + min(klass.ttft_slo_ms, self.admission.queue.max_wait_ms) / 1000.0
+        # The SLO is on the TTFT the client sees: the queue wait plus the backend's own TTFT.
+        backend_ttft = self.capacity.predicted_ttft_s(name)
+        slo_wait = klass.ttft_slo_ms / 1000.0 - backend_ttft
+        ticket.deadline_s = now + max(0.0, min(slo_wait, self.admission.queue.max_wait_ms / 1000.0))
         budget = self.admission.token_budget
         room = self._room[name]
         account = ticket.account
@@ -484,9 +490,11 @@ class Engine:
         ahead_tokens, ahead_requests = self.queue.ahead_of(ticket.demoted, finish)
         wait = self._wait_s(ticket, ahead_tokens, ahead_requests, held)
         if now + wait > ticket.deadline_s:
+            backend_ttft = self.capacity.predicted_ttft_s(ticket.priority)
             return self._reject(
                 ticket, Reason.SLO_UNREACHABLE,
-                f"predicted start in {wait:.2f} s misses the {ticket.priority!r} deadline", wait,
+                f"predicted start in {wait:.2f} s misses the {ticket.priority!r} deadline"
+                + (f" (its TTFT SLO less {backend_ttft:.2f} s of backend TTFT)" if backend_ttft else ""), wait,
             )  # fmt: skip
         if self.queue.depth >= max_depth:
             victim = self.queue.lowest_priority()

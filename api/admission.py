@@ -46,7 +46,8 @@ class QueueSpec(ApiModel):
         ge=0,
         le=600_000,
         description="Longest a request may wait in the queue before it is refused (`queue_timeout`). "
-        "A request whose predicted start is later than its class TTFT SLO is refused at once.",
+        "It waits no longer than its class TTFT SLO less the backend TTFT measured for the class either, "
+        "and a request whose predicted start is later than that is refused at once (`slo_unreachable`).",
     )
 
 
@@ -219,7 +220,11 @@ class PriorityClass(ApiModel):
 
     name: Name = Field(description="Class name clients send in the priority header.")
     ttft_slo_ms: int = Field(
-        ge=1, le=3_600_000, description="Time-to-first-token objective; the queue deadline for this class."
+        ge=1,
+        le=3_600_000,
+        description="Time-to-first-token objective, from arrival at the sidecar to the first streamed token. "
+        "The queue deadline of this class is this less the class's measured backend TTFT (smoothed + 4 deviations), "
+        "so a request the queue admits can still meet it.",
     )
     reserved_share: Fraction = Field(
         default=0.0,

@@ -72,6 +72,62 @@ def test_a_request_that_cannot_start_before_its_deadline_is_refused_at_once() ->
     assert clock.now == late.submitted_at_s  # refused now, not after waiting
 
 
+TIGHT = {"priorityClasses": [{"name": "interactive", "ttftSloMs": 1500}], "defaultPriorityClass": "interactive"}
+
+
+def _learn_backend_ttft(e, clock: FakeClock, ttft_s: float, n: int = 10) -> None:
+    """``n`` requests that each showed their first token ``ttft_s`` after the sidecar forwarded them."""
+    for _ in range(n):
+        t = e.submit("warmup", None, tokens(100))
+        clock.advance(ttft_s)
+        e.release(t, Completion.SUCCESS, ttft_s=ttft_s)
+
+
+def test_a_queued_request_leaves_the_queue_once_its_ttft_can_no_longer_meet_the_slo() -> None:
+    """The SLO is on the TTFT the client sees: queue wait + the backend's own TTFT. A request still
+    queued when the learned backend TTFT (0.5 s here) no longer fits in what is left of its 1.5 s SLO
+    is refused then, not admitted at 1.4 s to see its first token at ~1.9 s (the demo's spike ✗)."""
+    clock = FakeClock()
+    e = engine(clock, tuning=EngineTuning(prior_duration_s=0.5), maxConcurrency=1, **TIGHT)
+    _learn_backend_ttft(e, clock, 0.5)
+    running = e.submit("a", None, tokens(100))
+    queued = e.submit("b", None, tokens(100))
+    assert queued.state is TicketState.QUEUED  # predicted start 0.25 s + 0.5 s backend TTFT: within 1.5 s
+    clock.advance(0.8)
+    assert e.expire() == []
+    clock.advance(0.2)  # 1.0 s queued: its first token could not come before ~1.5 s
+    assert e.expire() == [queued]
+    assert queued.reason is Reason.QUEUE_TIMEOUT and queued.retry_after_s > 0
+    clock.advance(0.4)
+    e.release(running, Completion.SUCCESS, ttft_s=0.5)
+    assert queued.state is TicketState.REJECTED  # never admitted past its SLO
+
+
+def test_a_request_whose_start_plus_backend_ttft_misses_the_slo_is_refused_at_once() -> None:
+    clock = FakeClock()
+    e = engine(clock, tuning=EngineTuning(prior_duration_s=0.5), maxConcurrency=1, **TIGHT)
+    _learn_backend_ttft(e, clock, 0.5)
+    e.submit("a", None, tokens(100))
+    assert [e.submit(t, None, tokens(100)).state for t in "bc"] == [TicketState.QUEUED] * 2
+    late = e.submit("d", None, tokens(100))
+    # predicted start 1.25 s (half of a's 0.5 s, then b and c whole): within 1.5 s, but its first
+    # token would come ~0.5 s later
+    assert late.state is TicketState.REJECTED and late.reason is Reason.SLO_UNREACHABLE
+    assert late.state is TicketState.REJECTED and late.reason is Reason.SLO_UNREACHABLE
+    assert clock.now == late.submitted_at_s
+
+
+def test_without_a_measured_backend_ttft_the_whole_slo_is_the_queue_deadline() -> None:
+    clock = FakeClock()
+    e = engine(clock, tuning=EngineTuning(prior_duration_s=0.5), maxConcurrency=1, **TIGHT)
+    e.submit("a", None, tokens(100))
+    queued = e.submit("b", None, tokens(100))
+    clock.advance(1.4)
+    assert e.expire() == [] and queued.state is TicketState.QUEUED
+    clock.advance(0.1)
+    assert e.expire() == [queued]
+
+
 def test_measured_durations_shorten_predicted_waits() -> None:
     clock = FakeClock()
     e = engine(clock, tuning=EngineTuning(prior_duration_s=10.0, duration_alpha=1.0))
