@@ -18,14 +18,17 @@ for capacity above ``r*``, or token utilisation above the band ``t(1+h)``; none 
     u        = L / (N * B)                 token utilisation of the current replicas
     util_rec = N                           if t(1-h) <= u <= t(1+h)    (dead band: no flapping)
              = ceil(L / (B * t))           otherwise
-    raw      = max(ceil(D / ((A / n) * t)), util_rec, N)   if rate > r*   (saturated; A ~ 0: maxReplicas)
+    raw      = max(ceil(D / (max(A / n, c) * t)), util_rec, N)   if rate > r*   (saturated; A ~ 0: maxReplicas)
              = minReplicas                                  else if idle (no demand, nothing in flight)
              = util_rec                                     otherwise
     need     = ceil(D / (c * t))           throughput need, once a knee has been seen
     raw      = max(raw, min(need, N))      when raw < N and not idle: never below the throughput need
 
 ``D / (A/n)`` is the demand in units of what one replica was observed to admit, so a
-saturated pool is sized to run at ``t``. The throughput need is the same measure remembered
+saturated pool is sized to run at ``t``; ``c`` stands in when it is higher, because what a
+replica admits falls the longer it is overloaded (the adaptive budget cuts, a breaker opens):
+sized by the current ``A / n`` alone, a spike asked for maxReplicas and the pool held twice the
+replicas it needed after the spike. The throughput need is the same measure remembered
 from the last time replicas were full, and only ever holds a scale-down: in-flight tokens grow
 super-linearly with congestion (Little's law, ``L = lambda * W`` with ``W`` growing as the
 replicas fill), so a pool that just scaled up sees ``L`` collapse and ``util_rec`` would take
@@ -249,16 +252,20 @@ def _is_idle(obs: Observation) -> bool:
     return obs.demand_per_s == 0 and obs.in_flight_tokens == 0 and obs.queue_depth == 0
 
 
-def raw_recommendation(policy: Policy, obs: Observation) -> tuple[int, Reason]:
-    """The unbounded, un-stabilised replica count the window asks for, and which rule gave it.
+def raw_recommendation(policy: Policy, obs: Observation, capacity: float | None = None) -> tuple[int, Reason]:
+    """The unbounded, un-stabilised replica count the window asks for, and which rule gave it;
+    ``capacity``: ``c``, the per-replica admitted rate remembered from the knee (None: unknown).
 
     Needs ``obs.reporting > 0`` and ``obs.window_s > 0``.
     """
     util_rec = _util_rec(policy, obs)
     if obs.capacity_reject_rate > policy.target_capacity_reject_rate:
-        # D / ((A / n) * t), written so that a trickle admitted gives a huge (then clamped) count, not inf
+        # D / (max(A / n, c) * t), written so that a trickle admitted gives a huge (then clamped) count, not inf
         if obs.demand_per_s < 1e6 * obs.admitted_per_s:
-            needed = obs.reporting * (obs.demand_per_s / obs.admitted_per_s) / policy.target_utilization
+            replicas = obs.reporting * (obs.demand_per_s / obs.admitted_per_s)  # D / (A / n)
+            if capacity and capacity * obs.reporting > obs.admitted_per_s:
+                replicas = obs.demand_per_s / capacity  # D / c: the replicas admitted more at the knee
+            needed = replicas / policy.target_utilization
             demand_rec = math.ceil(needed - 1e-9)
         else:  # (almost) nothing admitted: no measure of a replica's capacity; maxReplicas, step-limited
             demand_rec = 10**9
@@ -298,12 +305,13 @@ def decide(policy: Policy, obs: Observation, state: LawState, now_s: float) -> t
             reason = Reason.HOLD_WARMUP
             why = f"holding: {obs.starting} replica(s) starting" if obs.starting else "holding: first sample"
     else:
-        raw, rule = raw_recommendation(policy, obs)
         if (knee := knee_rate(policy, obs)) is not None:
             knees = (*knees, (now_s, knee))
+        capacity = max((c for _, c in knees), default=None)
+        raw, rule = raw_recommendation(policy, obs, capacity)
         need = None
         if raw < n and rule is not Reason.IDLE:
-            need = throughput_need(policy, obs, max((c for _, c in knees), default=None))
+            need = throughput_need(policy, obs, capacity)
             raw = max(raw, min(need or 0, n))
         raw = policy.clamp(raw)
         recs = (*recs, (now_s, raw))

@@ -201,3 +201,13 @@ def test_a_rate_seen_while_replicas_start_is_no_measure_of_capacity() -> None:
     _, state = decide(policy, obs(active=4, admitted=4, capacity=8, reporting=2, starting=2), LawState(), now_s=0)
     d, _ = decide(policy, obs(active=4, admitted=4, util=0.05), state, now_s=15)
     assert d.desired == 1
+
+
+def test_a_pool_whose_admission_collapses_under_overload_is_sized_from_what_its_replicas_served_before() -> None:
+    policy = Policy(min_replicas=1, max_replicas=20, max_scale_up_step=4)
+    # 2 replicas full at 3/s each, 3/s refused: 9/s at 3/s per replica at 75 % -> 4
+    d, state = decide(policy, obs(active=2, admitted=6, capacity=3, util=0.95), LawState(), now_s=0)
+    assert d.desired == 4
+    # demand 15/s, but the overloaded replicas now admit 0.5/s each: the current rate alone says 40
+    d, _ = decide(policy, obs(active=2, admitted=1, capacity=14, util=0.95), state, now_s=15)
+    assert d.text == "2 -> 6: capacity reject 93% across 5 tenants (step-limited; demand asks 7)"
