@@ -293,8 +293,13 @@ def decide(policy: Policy, obs: Observation, state: LawState, now_s: float) -> t
         "utilization": obs.utilization,
     }
 
+    # A hold keeps what KEDA already asked for: the active replicas and those still on their way to
+    # serve (loading: Pending for a GPU node, pulling, loading the model). Holding at the active count
+    # alone asks the HPA to drop the replicas still coming up, on no data at all.
+    held = n + obs.loading
+    holding = False
     if not rates:
-        desired = n
+        desired, holding = held, True
         if obs.stale:
             reason, why = Reason.HOLD_STALE, _stale_text(obs)
         elif n == 0 and obs.loading:
@@ -315,14 +320,14 @@ def decide(policy: Policy, obs: Observation, state: LawState, now_s: float) -> t
             raw = max(raw, min(need or 0, n))
         raw = policy.clamp(raw)
         recs = (*recs, (now_s, raw))
-        if raw > n:
+        if raw < held and obs.stale:
+            desired, reason, holding = held, Reason.HOLD_STALE, True
+            why = f"{_stale_text(obs)} (demand fits {raw})"
+        elif raw > n:
             limit = n + obs.warm + policy.max_scale_up_step
             desired = min(raw, limit)
             reason = rule if rule in (Reason.SATURATED, Reason.UTILIZATION) else Reason.BOUNDS
             why = _up_text(policy, obs, reason, raw, limit)
-        elif raw < n and obs.stale:
-            desired, reason = n, Reason.HOLD_STALE
-            why = f"{_stale_text(obs)} (demand fits {raw})"
         elif raw < n:
             watched = first_s <= horizon
             floor = max(r for _, r in recs) if watched else max(n, *(r for _, r in recs))
@@ -356,6 +361,8 @@ def decide(policy: Policy, obs: Observation, state: LawState, now_s: float) -> t
             else f"below minReplicas {policy.min_replicas}"
         )
         desired = policy.clamp(desired)
+    if holding and obs.loading and desired == held:
+        why += f"; {obs.loading} replica(s) still loading counted"
     text = f"{n} -> {desired}: {why}"
     active = _is_active(obs, desired, rates)
     decision = Decision(
@@ -363,7 +370,8 @@ def decide(policy: Policy, obs: Observation, state: LawState, now_s: float) -> t
         desired=desired,
         reason=reason,
         text=text,
-        metric_value=hpa_metric_value(desired, n, policy.hpa_tolerance),
+        # a hold is no scale-up: measured against the count the HPA holds (active + loading), never nudged
+        metric_value=hpa_metric_value(desired, held if holding else n, policy.hpa_tolerance),
         active=active,
         time_s=now_s,
         **facts,

@@ -211,3 +211,21 @@ def test_a_pool_whose_admission_collapses_under_overload_is_sized_from_what_its_
     # demand 15/s, but the overloaded replicas now admit 0.5/s each: the current rate alone says 40
     d, _ = decide(policy, obs(active=2, admitted=1, capacity=14, util=0.95), state, now_s=15)
     assert d.text == "2 -> 6: capacity reject 93% across 5 tenants (step-limited; demand asks 7)"
+
+
+def test_a_hold_keeps_the_replicas_still_on_their_way() -> None:
+    # Seen with the real HPA (np/lim): spec.replicas 3, two active, the third replica's pod Pending at
+    # the NodePool's GPU limit (warm-labelled, not Ready, beyond the warm pool: loading), no stats.
+    # Holding at the 2 active ones made the HPA drop the third replica on missing data (3 -> 2).
+    waiting = Observation(active=2, loading=1, stale=("lim-a", "lim-b"))
+    d, _ = decide(WIDE, waiting, LawState(), now_s=0)
+    assert (d.desired, d.reason) == (3, Reason.HOLD_STALE)
+    assert hpa_replicas(current=3, metric=d.metric_value, lo=1, hi=20) == 3
+    assert "1 replica(s) still loading" in d.text
+    # the same with stats from one pod that say demand fits 1: stale data still never scales down
+    o = obs(active=2, util=0.1, reporting=1, fresh=1, stale=("lim-b",), loading=1)
+    d, _ = decide(Policy(min_replicas=1, max_replicas=20, scale_down_cooldown_s=0), o, LawState(), now_s=0)
+    assert (d.desired, d.reason) == (3, Reason.HOLD_STALE)
+    # at 10 active + 1 loading, the hold must not be nudged past the HPA's tolerance into a scale-up
+    d, _ = decide(WIDE, Observation(active=10, loading=1, stale=("p",)), LawState(), now_s=0)
+    assert hpa_replicas(current=11, metric=d.metric_value, lo=1, hi=20) == 11
