@@ -74,7 +74,12 @@ class ScalingSpec(ApiModel):
     )
     max_scale_up_step: int = Field(default=4, ge=1, le=1000, description="Most replicas added in one decision.")
     scale_down_cooldown_seconds: int = Field(
-        default=300, ge=0, le=86_400, description="Demand must stay lower this long before replicas are removed."
+        default=300,
+        ge=0,
+        le=86_400,
+        description="Demand must stay lower this long before the scaler asks for fewer replicas. The HPA then "
+        "applies its scale-down window, the longer of this and 300 s (since the last higher answer), and removes "
+        "at most one replica a minute.",
     )
     polling_interval_seconds: int = Field(
         default=15,

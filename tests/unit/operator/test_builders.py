@@ -6,6 +6,7 @@ import yaml
 
 from tests.invalid_pools import valid_pool
 from tidegate.api.pool import InferencePool
+from tidegate.api.scaling import ScalingSpec
 from tidegate.operator import builders, names
 from tidegate.operator.builders.nodepool import gpu_limit
 from tidegate.operator.settings import OperatorSettings
@@ -175,6 +176,11 @@ def test_scale_down_waits_at_least_the_hpa_default_window() -> None:
     assert down["stabilizationWindowSeconds"] == 300
     up = behavior["horizontalPodAutoscalerConfig"]["behavior"]["scaleUp"]
     assert up["stabilizationWindowSeconds"] == 0
+    # what `kubectl explain` and docs/configuration.md tell the user who sets a short cooldown
+    policy = down["policies"][0]
+    assert (policy["type"], policy["value"], policy["periodSeconds"]) == ("Pods", 1, 60)
+    described = ScalingSpec.model_fields["scale_down_cooldown_seconds"].description or ""
+    assert "the longer of this and 300 s" in described and "one replica a minute" in described
 
 
 def test_tls_to_the_scaler_sets_enable_tls_and_the_trigger_authentication() -> None:
