@@ -27,8 +27,8 @@ for capacity above ``r*``, or token utilisation above the band ``t(1+h)``; none 
 ``D / (A/n)`` is the demand in units of what one replica was observed to admit, so a
 saturated pool is sized to run at ``t``; ``c`` stands in when it is higher, because what a
 replica admits falls the longer it is overloaded (the adaptive budget cuts, a breaker opens):
-sized by the current ``A / n`` alone, a spike asked for maxReplicas and the pool held twice the
-replicas it needed after the spike. The throughput need is the same measure remembered
+sized by the current ``A / n`` alone, the simulator's spike asked for maxReplicas (16) and
+peaked at 9-13 replicas, against 7-9 for the same attainment. The throughput need is the same measure remembered
 from the last time replicas were full, and only ever holds a scale-down: in-flight tokens grow
 super-linearly with congestion (Little's law, ``L = lambda * W`` with ``W`` growing as the
 replicas fill), so a pool that just scaled up sees ``L`` collapse and ``util_rec`` would take
