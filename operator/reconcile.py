@@ -16,6 +16,7 @@ also a Warning Event and one WARNING log line naming the pool; a reason already 
 
 import json
 import logging
+import re
 import time
 import urllib.request
 from collections.abc import Callable
@@ -248,6 +249,20 @@ def _keda_not_ready(scaled_object: dict[str, Any]) -> str | None:
     return None
 
 
+def _hpa_cannot_scale(hpa: dict[str, Any]) -> str | None:
+    """The HPA's own words when it cannot compute a replica count (``ScalingActive=False``, e.g.
+    ``FailedGetExternalMetric`` while KEDA's metrics API server is down: nothing scales the pool,
+    though KEDA still reports the ScaledObject Ready). None while it scales, and at 0 replicas
+    (``ScalingDisabled``: KEDA's own loop decides 0 <-> 1). The label-selector dump is left out."""
+    for cond in (hpa.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == "ScalingActive" and cond.get("status") == "False":
+            if cond.get("reason") == "ScalingDisabled":
+                return None
+            message = re.sub(r"/&LabelSelector\{.*?LabelSelectorRequirement\{\},\}", "", cond.get("message") or "")
+            return f"{cond.get('reason') or 'ScalingInactive'}: {message or 'no message'}"
+    return None
+
+
 def _keda(kube: Kube, settings: OperatorSettings, pool: InferencePool, owner: dict[str, Any], probe: ScalerProbe):
     name, ns = pool.metadata.name, pool.metadata.namespace
     if not pool.spec.scaling.keda:
@@ -292,6 +307,14 @@ def _keda(kube: Kube, settings: OperatorSettings, pool: InferencePool, owner: di
             f"KEDA reports ScaledObject {name} not Ready: {keda_says} (scaler {settings.scaler_address})",
             reachable,
             keda_says,
+        )
+    if hpa is not None and (stuck := _hpa_cannot_scale(hpa)):
+        return (
+            Integration.NOT_READY,
+            f"HPA keda-hpa-{name} cannot compute this pool's replicas, so nothing scales it: {stuck} "
+            "(KEDA's metrics API server answers it: kubectl get apiservice v1beta1.external.metrics.k8s.io)",
+            reachable,
+            None,
         )
     return Integration.APPLIED, message, reachable, keda_says
 
