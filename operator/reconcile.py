@@ -299,6 +299,15 @@ def _keda(kube: Kube, settings: OperatorSettings, pool: InferencePool, owner: di
                 reachable,
                 keda_says,
             )
+    if hpa is None and not (live.get("status") or {}).get("conditions"):
+        # Karpenter's NotReconciled, for KEDA: the ScaledObject is written but no KEDA operator acted on it
+        return (
+            Integration.NOT_RECONCILED,
+            f"KEDA has not reconciled ScaledObject {name} (no status conditions, no HPA keda-hpa-{name}): "
+            "is the KEDA operator running? Nothing scales this pool until it does",
+            reachable,
+            None,
+        )
     if keda_says:
         # KEDA took the ScaledObject but cannot act on it (e.g. ScaledObjectCheckFailed while the
         # scaler does not answer GetMetricSpec): nothing scales this pool until it is Ready.

@@ -26,17 +26,21 @@ FAILED = (
 class _Kube:
     """Just what ``_keda`` reads and writes: a Ready ScaledObject and KEDA's HPA."""
 
-    def __init__(self, scaling_active: dict[str, str]) -> None:
-        self.hpa = {
-            "spec": {"metrics": [{"type": "External"}]},
-            "status": {"conditions": [{"type": "AbleToScale", "status": "True"}, scaling_active]},
-        }
+    def __init__(self, scaling_active: dict[str, str] | None) -> None:
+        self.hpa: dict[str, Any] | None = (
+            None
+            if scaling_active is None
+            else {
+                "spec": {"metrics": [{"type": "External"}]},
+                "status": {"conditions": [{"type": "AbleToScale", "status": "True"}, scaling_active]},
+            }
+        )
         self.so = {"status": {"conditions": [{"type": "Ready", "status": "True"}]}}
 
     def has_api(self, *_: Any) -> bool:
         return True
 
-    def get(self, _api: str, kind: str, *_: Any) -> dict[str, Any]:
+    def get(self, _api: str, kind: str, *_: Any) -> dict[str, Any] | None:
         return self.hpa if kind == "HorizontalPodAutoscaler" else self.so
 
     def apply(self, _manifest: dict[str, Any]) -> dict[str, Any]:
@@ -46,11 +50,14 @@ class _Kube:
         raise AssertionError("nothing to delete here")
 
 
-def _keda(scaling_active: dict[str, str]) -> tuple[Integration, str]:
+def _keda(scaling_active: dict[str, str] | None, so_status: dict[str, Any] | None = None) -> tuple[Integration, str]:
     body = valid_pool("loop")
     body["metadata"]["namespace"] = "default"
     pool = InferencePool.model_validate(body)
-    state, message, _, _ = reconcile._keda(_Kube(scaling_active), OperatorSettings(), pool, {}, lambda _address: True)
+    kube = _Kube(scaling_active)
+    if so_status is not None:
+        kube.so = {"status": so_status}
+    state, message, _, _ = reconcile._keda(kube, OperatorSettings(), pool, {}, lambda _address: True)
     return state, message
 
 
@@ -71,3 +78,12 @@ def test_an_hpa_that_scales_or_is_off_at_zero_replicas_leaves_keda_ready() -> No
     # at 0 replicas the HPA is off by design (KEDA's own loop decides 0 <-> 1)
     off = {"type": "ScalingActive", "status": "False", "reason": "ScalingDisabled", "message": "scaling is disabled"}
     assert _keda(off)[0] is Integration.APPLIED
+
+
+def test_a_scaled_object_no_keda_operator_acted_on_says_so() -> None:
+    # seen with the KEDA operator killed: a new pool's ScaledObject got no status and no HPA, and
+    # the pool said KedaReady=True Applied
+    state, message = _keda(None, so_status={})
+    assert state is Integration.NOT_RECONCILED
+    assert message.startswith("KEDA has not reconciled ScaledObject loop")
+    assert "is the KEDA operator running?" in message
