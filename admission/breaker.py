@@ -2,15 +2,34 @@
 
 Trips (only while closed) on:
 
-- **latency**: a fast moving average of TTFT above ``latencyMultiplier`` x the calibrated
-  baseline (a slow moving average of healthy TTFTs, trusted after ``minSamples`` responses;
-  never below :attr:`BreakerTuning.latency_floor_s`, so microsecond jitter on an idle
-  server cannot trip it) **and** above the tightest class TTFT SLO (:attr:`Breaker.slo_floor_s`).
-  TTFT grows with load: a replica running more sequences, or longer prompts, is slower than its
-  idle baseline without being degraded. While TTFT still meets every SLO that is load, which the
-  adaptive budget answers by admitting less; refusing everything for a cooldown would turn a busy
-  replica into a missing one (measured in the policy simulator once budgets came from the KV
-  cache: most refusals were ``circuit_open`` on replicas meeting their SLO). **Streamed responses only**: a non-streamed answer has no TTFT (its
+- **latency**: the fast moving average of TTFT over its limit above 1, where each response's limit
+  is ``latencyMultiplier`` x the calibrated baseline **of the prefill work it met** (never below
+  :attr:`BreakerTuning.latency_floor_s`, so microsecond jitter on an idle server cannot trip it)
+  and never below the tightest class TTFT SLO (:attr:`Breaker.slo_floor_s`). The prefill work of
+  a request (``work_tokens``, the engine passes it) is its own prompt tokens plus those of the
+  requests admitted before it and still prefilling when it was admitted: a model server fills
+  each step's token budget with the running decodes first, then with the waiting prompts in
+  arrival order (vLLM's scheduler, ``max_num_batched_tokens``, ``vllm.config.scheduler`` in
+  v0.10), so a request's first token waits for that work. Baselines are kept per bucket of it
+  (up to :attr:`BreakerTuning.work_bucket_min_tokens`, then one bucket per doubling: within a
+  bucket the work differs by at most 2x, under the default multiplier of 3); a bucket's baseline
+  is a slow moving average of its healthy TTFTs, trusted after ``minSamples`` of them, and only
+  responses whose bucket is trusted are judged (the first of a new size or load teach, never
+  trip). So a replica slow **for the work in its way** trips (TTFT x10 at light load, or a GPU
+  throttled under the load it always carried), and a replica merely busy, or serving long
+  prompts, does not: its TTFT is compared with what that much work took when healthy. Why: one
+  pooled baseline, learned mostly from short prompts on a lightly loaded replica, opened the
+  breaker on full replicas and on long prompts (issue #13). In the policy simulator with the
+  breaker off (``spike`` seed 1, default config), healthy TTFT over the light-load (<= 20% of
+  the budget) median of its bucket had a p90 of 1.2x at <= 10% of the token budget in flight and
+  9.2x at 40-50% when bucketed by its own prompt tokens, and stayed between 2.5x and 3.4x up to
+  40% when bucketed by prefill work; on a 34B model on an A100 (``mixed-34b-a100`` seed 0, loads
+  up to 50%) 4.1x-9.1x by prompt, 1.4x-2.5x by prefill work. With the pooled baseline the breaker
+  refused 1003 requests ``circuit_open`` in ``spike`` (seeds 0-2), 214 in ``replica-lost`` and
+  214 in ``mixed-34b-a100``, whose replicas are never slow; with prefill-work baselines, none. Refusing
+  a busy replica for a cooldown would turn it into a missing one; load is admission's business
+  (the adaptive budget answers TTFT over the class SLO by admitting less). **Streamed responses
+  only**: a non-streamed answer has no TTFT (its
   response headers come with the last token), and its end-to-end time grows with its output
   length and with the batch it shares the GPU with, so there is no load-independent baseline to
   compare it with; a latency trip on it would open the breaker on ordinary long answers under
@@ -94,6 +113,8 @@ class BreakerTuning:
     """The stall window is at most this fraction of the request timeout (see :meth:`Breaker.stall_window_s`)."""
     latency_floor_s: float = 0.25
     """The latency trip threshold is ``latencyMultiplier x max(baseline, floor)``."""
+    work_bucket_min_tokens: int = 128
+    """Upper edge of the smallest prefill-work bucket; each next bucket doubles it (module docstring)."""
     consecutive_failures: int = 5
     """Failures in a row that trip the breaker regardless of the window's ratio."""
 
@@ -187,9 +208,9 @@ class Breaker:
         self._consecutive_failures = 0
         self._streak: Counter[str] = Counter()  # failures since the last success, by tenant
         self.slo_floor_s = 0.0  # the tightest class TTFT SLO (the engine sets it): no latency trip below it
-        self._baseline_s: float | None = None
-        self._recent_s: float | None = None
-        self._ttft_samples = 0
+        self._baselines: dict[int, tuple[float, int]] = {}  # work bucket -> (healthy TTFT, samples)
+        self._recent: float | None = None  # fast moving average of judged TTFT / its bucket's limit (> 1 trips)
+        self._last_judged = (0.0, 0.0, 0)  # (TTFT, limit, work tokens) of the last judged sample, for the reason
         self._arrivals = 0
         self._probes_out = 0
         self._probe_ok = 0
@@ -212,15 +233,28 @@ class Breaker:
             )
         return self._state
 
+    def _bucket(self, work_tokens: int) -> int:
+        """The prefill-work bucket: 0 up to ``work_bucket_min_tokens``, then one per doubling."""
+        edge = self.tuning.work_bucket_min_tokens
+        return max(0, (max(work_tokens, 1) - 1).bit_length() - (edge - 1).bit_length())
+
     @property
     def baseline_ttft_s(self) -> float | None:
-        """Calibrated healthy TTFT (None until ``minSamples`` responses were seen)."""
-        return self._baseline_s if self._ttft_samples >= self.spec.min_samples else None
+        """Calibrated healthy TTFT of the smallest prefill work (:meth:`baseline_for` of 0)."""
+        return self.baseline_for(0)
 
-    def latency_limit_s(self) -> float | None:
-        """TTFT above which a response counts as degraded (None while uncalibrated):
-        ``latencyMultiplier x max(baseline, floor)``, never below :attr:`slo_floor_s`."""
-        baseline = self.baseline_ttft_s
+    def baseline_for(self, work_tokens: int) -> float | None:
+        """Calibrated healthy TTFT of a request that met ``work_tokens`` of prefill work (its own
+        prompt and the prompts still prefilling ahead of it); None until its bucket has seen
+        ``minSamples`` healthy responses."""
+        baseline, samples = self._baselines.get(self._bucket(work_tokens), (0.0, 0))
+        return baseline if samples >= self.spec.min_samples else None
+
+    def latency_limit_s(self, work_tokens: int = 0) -> float | None:
+        """TTFT above which a response that met ``work_tokens`` of prefill work counts as degraded
+        (None while its bucket is uncalibrated): ``latencyMultiplier x max(baseline, floor)``,
+        never below :attr:`slo_floor_s`."""
+        baseline = self.baseline_for(work_tokens)
         if baseline is None:
             return None
         return max(self.spec.latency_multiplier * max(baseline, self.tuning.latency_floor_s), self.slo_floor_s)
@@ -250,11 +284,18 @@ class Breaker:
         return 0.0
 
     def record(
-        self, outcome: Completion, ttft_s: float | None = None, probe_epoch: int | None = None, tenant: str = ""
+        self,
+        outcome: Completion,
+        ttft_s: float | None = None,
+        probe_epoch: int | None = None,
+        tenant: str = "",
+        work_tokens: int = 0,
     ) -> None:
         """One admitted request of ``tenant`` ended with ``outcome``; ``ttft_s`` when a first token
-        was seen; ``probe_epoch`` as :meth:`allow` returned it."""
-        limit = self.latency_limit_s()
+        was seen; ``probe_epoch`` as :meth:`allow` returned it; ``work_tokens``: the prefill work
+        it met when admitted (its prompt tokens plus those of the requests still prefilling ahead
+        of it; 0 when unknown)."""
+        limit = self.latency_limit_s(work_tokens)
         slow = ttft_s is not None and limit is not None and ttft_s > limit
         decisive = outcome in (Completion.SUCCESS, Completion.FAILURE)
         failed = outcome is Completion.FAILURE
@@ -273,7 +314,7 @@ class Breaker:
         if not decisive:
             return
         if ttft_s is not None and not failed:
-            self._learn_ttft(ttft_s, slow)
+            self._learn_ttft(ttft_s, limit, work_tokens)
         if self._state is BreakerState.CLOSED and self.spec.enabled:
             self._check_trip()
 
@@ -312,16 +353,21 @@ class Breaker:
         if state is BreakerState.CLOSED or (state is BreakerState.HALF_OPEN and self._probes_out > 0):
             self._open(f"no token progress for {window:g} s with {in_flight} in flight")
 
-    def _learn_ttft(self, ttft_s: float, slow: bool) -> None:
-        fast_alpha = 2.0 / (self.spec.min_samples + 1)
-        self._recent_s = ttft_s if self._recent_s is None else self._recent_s + fast_alpha * (ttft_s - self._recent_s)
-        if slow or self._state is not BreakerState.CLOSED:
-            return  # degraded samples never teach the baseline what "healthy" is
-        self._ttft_samples += 1
-        slow_alpha = max(2.0 / (10 * self.spec.min_samples + 1), 1.0 / self._ttft_samples)
-        self._baseline_s = (
-            ttft_s if self._baseline_s is None else self._baseline_s + slow_alpha * (ttft_s - self._baseline_s)
-        )
+    def _learn_ttft(self, ttft_s: float, limit: float | None, work_tokens: int) -> None:
+        if limit is not None:  # a calibrated bucket: the sample is judged
+            fast_alpha = 2.0 / (self.spec.min_samples + 1)
+            recent = 1.0 / self.spec.latency_multiplier if self._recent is None else self._recent
+            self._recent = recent + fast_alpha * (ttft_s / limit - recent)  # starts from a healthy replica's
+            self._last_judged = (ttft_s, limit, work_tokens)
+            if ttft_s > limit:
+                return  # degraded samples never teach the baseline what "healthy" is
+        if self._state is not BreakerState.CLOSED:
+            return
+        bucket = self._bucket(work_tokens)
+        baseline, samples = self._baselines.get(bucket, (ttft_s, 0))
+        samples += 1
+        slow_alpha = max(2.0 / (10 * self.spec.min_samples + 1), 1.0 / samples)
+        self._baselines[bucket] = (baseline + slow_alpha * (ttft_s - baseline), samples)
 
     def _prune(self, now: float) -> None:
         horizon = now - self.spec.window_seconds
@@ -345,10 +391,11 @@ class Breaker:
                 f"{_among(self._tally.failed, suspect)}"
             )
         else:
-            limit = self.latency_limit_s()
-            if limit is not None and self._recent_s is not None and self._recent_s > limit:
+            if self._recent is not None and self._recent > 1.0:
+                ttft, limit, work = self._last_judged
                 self._open(
-                    f"TTFT {self._recent_s:.3f} s over {limit:.3f} s ({self.spec.latency_multiplier:g}x baseline)"
+                    f"TTFT {self._recent:.2f}x its limit on average (last: {ttft:.3f} s over {limit:.3f} s, "
+                    f"{self.spec.latency_multiplier:g}x the baseline of {work} tokens of prefill work)"
                 )
 
     def _decide_half_open(self) -> None:
@@ -380,7 +427,7 @@ class Breaker:
         self._tally.clear()
         self._streak.clear()
         self._failed_in_window = self._consecutive_failures = 0
-        self._recent_s = self._baseline_s
+        self._recent = None
         self._report(old, reason)
 
     def _report(self, old: BreakerState, reason: str) -> None:

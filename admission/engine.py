@@ -555,7 +555,9 @@ class Engine:
         state.running_tokens -= ticket.reserved_tokens
         state.give_back(ticket.reserved_tokens - charged, now)
         self._unaccept(ticket, state)
-        self.breaker.record(completion, ttft_s, ticket.probe_epoch, tenant=ticket.tenant)
+        self.breaker.record(
+            completion, ttft_s, ticket.probe_epoch, tenant=ticket.tenant, work_tokens=ticket.prefill_work_tokens
+        )
         if completion is Completion.SUCCESS:
             self._last_progress_s = now
             started = ticket.admitted_at_s if ticket.admitted_at_s is not None else now
@@ -755,6 +757,7 @@ class Engine:
     def _admit(self, ticket: Ticket, now: float) -> None:
         ticket.state, ticket.admitted_at_s = TicketState.ADMITTED, now
         self.capacity.hold(ticket, now)
+        ticket.prefill_work_tokens = self.capacity.prefilling_tokens  # what its TTFT waits for (breaker)
         self.tenants.state(ticket.account, now).running_tokens += ticket.reserved_tokens
         self.counters.admitted_total += 1
         self.counters.admitted_tokens_total += ticket.reserved_tokens

@@ -127,8 +127,10 @@ class TelemetrySpec(ApiModel):
 class CircuitBreakerSpec(ApiModel):
     """Per-replica circuit breaker on backend latency and errors (closed / open / half-open).
 
-    Opens when the recent TTFT of streamed responses exceeds ``latencyMultiplier`` x its baseline and
-    the tightest class TTFT SLO (non-streamed responses have no TTFT and never trip on latency), the error ratio exceeds
+    Opens when the recent TTFT of streamed responses exceeds ``latencyMultiplier`` x the baseline of the prefill
+    work each met (its prompt plus the prompts still prefilling ahead of it; a busy replica or a long prompt is
+    compared with what that much work took when healthy) and the tightest class TTFT SLO (non-streamed responses
+    have no TTFT and never trip on latency), the error ratio exceeds
     ``errorRatio``, or nothing in flight makes token progress; stays open ``cooldownSeconds`` (doubling on each re-open up to
     ``maxCooldownSeconds``); then lets ``halfOpenRequests`` through and closes if at least
     ``halfOpenSuccessRatio`` of them succeed within the latency bound.
@@ -140,8 +142,10 @@ class CircuitBreakerSpec(ApiModel):
         gt=1.0,
         le=100.0,
         description="Open when the recent TTFT of streamed responses > this x their baseline TTFT and above "
-        "the tightest class TTFT SLO (slower than idle but within every SLO is load, which the adaptive "
-        "budget answers, not a fault). Non-streamed "
+        "the tightest class TTFT SLO. The baseline is per amount of prefill work a request met (its prompt "
+        "tokens plus those still prefilling ahead of it, in buckets doubling from 128 tokens), learned from "
+        "healthy responses: a replica slow for its load trips, one merely busy or serving long prompts does "
+        "not (load is the adaptive budget's business). Non-streamed "
         "responses have no TTFT and are not compared (their end-to-end time depends on output length and load); "
         "they count for the error ratio and the stall detector.",
     )
@@ -149,7 +153,11 @@ class CircuitBreakerSpec(ApiModel):
         default=0.5, description="Open when the share (0..1) of failed backend responses in the window exceeds this."
     )
     min_samples: int = Field(
-        default=20, ge=1, le=10_000, description="Responses needed in the window before the breaker may open."
+        default=20,
+        ge=1,
+        le=10_000,
+        description="Responses needed in the window before the breaker may open on errors; for "
+        "the latency trip, healthy responses per prefill-work bucket before responses in that bucket are judged.",
     )
     window_seconds: float = Field(
         default=30.0, gt=0, le=3600, description="Sliding window for latency and error ratio."
