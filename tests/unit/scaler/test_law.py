@@ -229,3 +229,18 @@ def test_a_hold_keeps_the_replicas_still_on_their_way() -> None:
     # at 10 active + 1 loading, the hold must not be nudged past the HPA's tolerance into a scale-up
     d, _ = decide(WIDE, Observation(active=10, loading=1, stale=("p",)), LawState(), now_s=0)
     assert hpa_replicas(current=11, metric=d.metric_value, lo=1, hi=20) == 11
+
+
+def test_a_pool_whose_requests_grew_since_its_knee_still_scales_out() -> None:
+    # knee: 4 replicas admitting 10/s each while refusing 4/s -> c = 10/s per replica, 44/s needs 6
+    d, state = decide(WIDE, obs(active=4, admitted=40, capacity=4, util=0.95), LawState(), now_s=0)
+    assert d.desired == 6
+    # 20 min later the prompts are twice as long: 6 replicas admit 5/s each and refuse 10/s (25 %) at
+    # 75 % of their token budget (the concurrency cap or the TTFT deadline binds first). By the
+    # remembered 10/s, 40/s "fits" 6 replicas (the law said so, and held, for up to an hour); the
+    # refusals say otherwise: 40 / (5 * 0.75) -> 11
+    d, state = decide(WIDE, obs(active=6, admitted=30, capacity=10, util=0.75), state, now_s=1200)
+    assert (d.desired, d.reason) == (10, Reason.SATURATED), d.text
+    assert d.text == "6 -> 10: capacity reject 25% across 5 tenants (step-limited; demand asks 11)"
+    # and the old knee is forgotten: the scale-down floor is sized from the new 5/s per replica
+    assert max(c for _, c in state.knees) == 5

@@ -2,7 +2,7 @@
 
 import random
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from tests.unit.scaler.helpers import hpa_replicas, obs
@@ -87,6 +87,8 @@ def test_noisy_steady_load_never_changes_the_count(n, noise, reject_rate, seed) 
     st.lists(st.tuples(rates, rates, utils, st.booleans()), min_size=2, max_size=40),
     st.sampled_from([60.0, 300.0]),
 )
+# found by hypothesis: a knee at a denormal admitted rate made the throughput need inf (OverflowError)
+@example(steps=[(2.2250738585072014e-308, 0.0, 1.0, False), (1.0, 0.0, 0.0, False)], cooldown=60.0)
 def test_never_scales_down_within_a_cooldown_of_scaling_up(steps, cooldown) -> None:
     # any sequence of inputs, polled every 15 s, with the HPA applying each answer
     p = Policy(min_replicas=1, max_replicas=64, scale_down_cooldown_s=cooldown)
