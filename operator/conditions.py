@@ -169,3 +169,73 @@ def status(
         "selector": observed.selector,
         "conditions": conditions,
     }
+
+
+# The conditions a human hears about when they change (``Progressing`` moves on every scale: it is not news).
+ANNOUNCED = (
+    ConditionType.READY,
+    ConditionType.DEGRADED,
+    ConditionType.SCALER_REACHABLE,
+    ConditionType.KEDA_READY,
+    ConditionType.NODE_POOL_READY,
+)
+# Bad reasons a new pool passes through on its way up: not news when a condition is first written with them.
+_STARTING = frozenset({"WaitingForReplicas", Integration.NOT_RECONCILED.value})
+
+
+@dataclass(frozen=True)
+class Change:
+    """A condition that changed in a way worth one Event and one log line."""
+
+    type: str
+    status: str
+    reason: str
+    message: str
+    bad: bool  # turned bad (a Warning Event, a WARNING line); False: it recovered (Normal, INFO)
+
+    @property
+    def text(self) -> str:
+        return f"{self.type}={self.status} {self.reason}: {self.message}"
+
+
+def _bad(cond: Mapping[str, Any]) -> bool:
+    good = "False" if cond.get("type") == ConditionType.DEGRADED else "True"
+    return cond.get("status") != good
+
+
+def changes(old_status: Mapping[str, Any], new_status: Mapping[str, Any]) -> list[Change]:
+    """The announced conditions that changed between two ``status`` objects (pure).
+
+    A change is a new status or, for the integrations, a new reason (KedaReady ``ScalerUnreachable``
+    -> ``NotReady`` is another cause). Every reconcile writes the same conditions again; those are
+    no change, so each transition is announced once. A condition written for the first time is
+    announced only when it is bad for a reason other than a new pool's start (``WaitingForReplicas``,
+    ``NotReconciled``). ``Ready`` counts as bad only when no active replica is ready: a scale-up
+    waiting for its new replicas keeps serving, and replicas that cannot come up are ``Degraded``.
+    ``Degraded`` turning True is left to its problems' own Warning Events (one per problem, each
+    with its reason); here only its recovery.
+    """
+    old = {c["type"]: c for c in old_status.get("conditions") or [] if "type" in c}
+    found = []
+    for cond in new_status.get("conditions") or []:
+        ctype = cond.get("type")
+        if ctype not in ANNOUNCED:
+            continue
+        before = old.get(ctype)
+        if ctype == ConditionType.READY:
+            bad = cond["status"] != "True" and not new_status.get("readyReplicas")
+            was_bad = before is None or (before.get("status") != "True" and not old_status.get("readyReplicas"))
+            if bad == was_bad:
+                continue
+        elif before is None:
+            bad = _bad(cond)
+            if not bad or cond.get("reason") in _STARTING:
+                continue
+        else:
+            bad = _bad(cond)
+            if (before.get("status"), before.get("reason")) == (cond.get("status"), cond.get("reason")):
+                continue
+            if ctype == ConditionType.DEGRADED and bad:
+                continue
+        found.append(Change(ctype, cond["status"], cond.get("reason", ""), cond.get("message", ""), bad))
+    return found

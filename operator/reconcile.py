@@ -11,7 +11,9 @@ A child the API server refuses does not stop the reconcile: the others are still
 status is still written, with the server's message in ``Degraded``, so the pool says why it is not
 serving. So do the failures of its pods (:mod:`tidegate.operator.failures`). Each new reason is
 also a Warning Event and one WARNING log line naming the pool; a reason already in the pool's
-``Degraded`` message is not repeated.
+``Degraded`` message is not repeated. So is a condition that turns bad (``ScalerReachable``,
+``KedaReady``, ``NodePoolReady``, ``Ready`` with nothing serving), and its recovery a Normal Event and
+an INFO line: once per transition, never per reconcile (:func:`conditions.changes`).
 """
 
 import json
@@ -423,8 +425,16 @@ def _desired_active(pool: InferencePool) -> tuple[int, str | None]:
     return pool.spec.replicas, None
 
 
-def _warn_new(kube: Kube, obj: dict[str, Any], problems: list[Problem], old_conditions: list[dict[str, Any]]) -> None:
-    """A Warning Event and a WARNING line for each problem not already in the pool's Degraded message."""
+def _announce(
+    kube: Kube, obj: dict[str, Any], problems: list[Problem], old_status: dict[str, Any], new_status: dict[str, Any]
+) -> None:
+    """The one place a pool's news becomes Events and log lines, each once.
+
+    A Warning Event and a WARNING line for each problem not already in the pool's Degraded message,
+    and for each condition that turned bad (:func:`conditions.changes`); a Normal Event and an INFO
+    line for each that recovered.
+    """
+    old_conditions = old_status.get("conditions") or []
     old = next((c for c in old_conditions if c.get("type") == "Degraded"), {})
     seen = old.get("message", "") if old.get("status") == "True" else ""
     log = logs.for_pool(logger, obj["metadata"]["namespace"], obj["metadata"]["name"])
@@ -434,6 +444,9 @@ def _warn_new(kube: Kube, obj: dict[str, Any], problems: list[Problem], old_cond
             continue
         log.warning("degraded: %s", problem.message)
         kube.event(obj, problem.reason, problem.message, warning=True)
+    for change in conditions.changes(old_status, new_status):
+        (log.warning if change.bad else log.info)("%s", change.text)
+        kube.event(obj, change.reason, f"{change.type}={change.status}: {change.message}", warning=change.bad)
 
 
 def reconcile(
@@ -536,7 +549,7 @@ def reconcile(
     kube.patch_pool_status(ns, name, status)
     for message in events:
         kube.event(obj, "Scaled", message)
-    _warn_new(kube, obj, problems, old_status.get("conditions") or [])
+    _announce(kube, obj, problems, old_status, status)
     # Draining pods end on a deadline or when their sidecar reports idle: nothing else will
     # trigger a reconcile then, so ask for one (poll at least every second while draining).
     requeue = min(1.0, drain_timeout) if plan.draining or plan.drain else None
