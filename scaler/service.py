@@ -44,6 +44,19 @@ from tidegate.scaler.metadata import Target
 
 log = logging.getLogger("tidegate.scaler")
 
+# A decision the same as the last one said at INFO (desired count and reason) is logged at DEBUG,
+# except once per this many seconds per pool, so a quiet pool still shows the scaler is deciding.
+LOG_HEARTBEAT_S = 600.0
+
+
+def log_level(said: tuple[int, str] | None, said_at_s: float, desired: int, reason: str, now_s: float) -> int:
+    """The level of one decision's log line (pure): INFO when the desired count or the reason differs
+    from the last line logged at INFO (``said``, at ``said_at_s``), or that was ``LOG_HEARTBEAT_S`` ago;
+    DEBUG otherwise. KEDA asks every few seconds, so a steady pool would otherwise log ~4 lines a minute."""
+    if said != (desired, reason) or now_s - said_at_s >= LOG_HEARTBEAT_S:
+        return logging.INFO
+    return logging.DEBUG
+
 
 class SignalSource(Protocol):
     """Where a pool's observation comes from (``sidecar.SidecarSignals``; a Prometheus one)."""
@@ -96,6 +109,8 @@ class _Pool:
     state: LawState = field(default_factory=LawState)
     decision: Decision | None = None
     decided_at_s: float = float("-inf")
+    said: tuple[int, str] | None = None  # (desired, reason) of the last decision logged at INFO
+    said_at_s: float = float("-inf")
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
 
@@ -153,7 +168,7 @@ class Scaler:
             policy = Policy.from_spec(target.scaling, hpa_tolerance=self.hpa_tolerance)
             decision, pool.state = law.decide(policy, observation, pool.state, now)
             pool.decision, pool.decided_at_s = decision, now
-        self._explain(target, observation, decision)
+        self._explain(target, observation, decision, pool, now)
         return decision
 
     def forget_idle(self) -> list[tuple[str, str]]:
@@ -172,7 +187,10 @@ class Scaler:
             log.info(json.dumps({"event": "pool_forgotten", "namespace": key[0], "pool": key[1]}))
         return idle
 
-    def _explain(self, target: Target, obs: Observation, d: Decision) -> None:
+    def _explain(self, target: Target, obs: Observation, d: Decision, pool: _Pool, now: float) -> None:
+        level = log_level(pool.said, pool.said_at_s, d.desired, d.reason.value, now)
+        if level == logging.INFO:
+            pool.said, pool.said_at_s = (d.desired, d.reason.value), now
         record = {
             "event": "scaling_decision",
             "namespace": target.namespace,
@@ -189,7 +207,8 @@ class Scaler:
             "stale_pods": list(obs.stale),
             "text": d.text,
         }
-        log.info(json.dumps(record, separators=(",", ":")))
+        if log.isEnabledFor(level):
+            log.log(level, json.dumps(record, separators=(",", ":")))
         for hook in self._hooks:
             hook(target, d)
 
