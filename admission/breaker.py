@@ -10,12 +10,24 @@ Trips (only while closed) on:
   requests admitted before it and still prefilling when it was admitted: a model server fills
   each step's token budget with the running decodes first, then with the waiting prompts in
   arrival order (vLLM's scheduler, ``max_num_batched_tokens``, ``vllm.config.scheduler`` in
-  v0.10), so a request's first token waits for that work. Baselines are kept per bucket of it
+  v0.10), so a request's first token waits for that work. "Still prefilling" is as the engine
+  tracks it: until the first token of a streamed request, the predicted prefill time of a
+  non-streamed one under ``maxPrefillTokens``, else until it ends (then the work over-counts
+  what is in the way, but alike for the baseline and the judged response; the policy simulator
+  reports no first tokens, so there it is the prompt tokens in flight, a load measure as much as
+  a size). Baselines are kept per bucket of it
   (up to :attr:`BreakerTuning.work_bucket_min_tokens`, then one bucket per doubling: within a
   bucket the work differs by at most 2x, under the default multiplier of 3); a bucket's baseline
-  is a slow moving average of its healthy TTFTs, trusted after ``minSamples`` of them, and only
-  responses whose bucket is trusted are judged (the first of a new size or load teach, never
-  trip). So a replica slow **for the work in its way** trips (TTFT x10 at light load, or a GPU
+  is a slow moving average of its healthy TTFTs, trusted after ``minSamples`` of them. A response
+  in a bucket not yet trusted is judged against the nearest trusted smaller bucket's baseline
+  scaled by the work (x2 per bucket: prefill time grows about linearly with the tokens, and a
+  fixed per-request overhead only makes the scaled value an overestimate), else against the
+  nearest trusted larger bucket's (less work never takes longer), and teaches its own bucket
+  only when within that limit: a replica that turned slow, and so queues more prefill work than
+  it ever did, is judged on the new work instead of learning it as healthy (in the simulator,
+  one ``spike`` replica slowed 10x at 600 s, seed 0: its breaker opened at 814 s while new
+  buckets were left unjudged, at 784 s with the scaled limit, at 782 s with the pooled baseline
+  of before; no other replica's opened). So a replica slow **for the work in its way** trips (TTFT x10 at light load, or a GPU
   throttled under the load it always carried), and a replica merely busy, or serving long
   prompts, does not: its TTFT is compared with what that much work took when healthy. Why: one
   pooled baseline, learned mostly from short prompts on a lightly loaded replica, opened the
@@ -250,14 +262,29 @@ class Breaker:
         baseline, samples = self._baselines.get(self._bucket(work_tokens), (0.0, 0))
         return baseline if samples >= self.spec.min_samples else None
 
+    def expected_ttft_s(self, work_tokens: int) -> float | None:
+        """Healthy TTFT for ``work_tokens`` of prefill work: its bucket's baseline once calibrated;
+        else the nearest calibrated smaller bucket's scaled by the work (x2 a bucket), else the
+        nearest calibrated larger bucket's; None while no bucket is calibrated (module docstring)."""
+        bucket = self._bucket(work_tokens)
+        own = self.baseline_for(work_tokens)
+        if own is not None:
+            return own
+        trusted = [b for b, (_, n) in self._baselines.items() if n >= self.spec.min_samples]
+        below = max((b for b in trusted if b < bucket), default=None)
+        if below is not None:
+            return self._baselines[below][0] * 2.0 ** (bucket - below)
+        above = min((b for b in trusted if b > bucket), default=None)
+        return None if above is None else self._baselines[above][0]
+
     def latency_limit_s(self, work_tokens: int = 0) -> float | None:
         """TTFT above which a response that met ``work_tokens`` of prefill work counts as degraded
-        (None while its bucket is uncalibrated): ``latencyMultiplier x max(baseline, floor)``,
-        never below :attr:`slo_floor_s`."""
-        baseline = self.baseline_for(work_tokens)
-        if baseline is None:
+        (None while no bucket is calibrated): ``latencyMultiplier x max(expected, floor)`` with
+        :meth:`expected_ttft_s`, never below :attr:`slo_floor_s`."""
+        expected = self.expected_ttft_s(work_tokens)
+        if expected is None:
             return None
-        return max(self.spec.latency_multiplier * max(baseline, self.tuning.latency_floor_s), self.slo_floor_s)
+        return max(self.spec.latency_multiplier * max(expected, self.tuning.latency_floor_s), self.slo_floor_s)
 
     def allow(self) -> tuple[bool, int | None]:
         """May a new request pass? Returns ``(allowed, probe_epoch)``; ``probe_epoch`` is set for probes."""

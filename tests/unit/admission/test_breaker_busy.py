@@ -92,6 +92,18 @@ def test_a_throttled_gpu_under_load_trips() -> None:
     assert "TTFT" in e.breaker.last_trip_reason
 
 
+def test_a_replica_turned_slow_is_judged_on_more_work_than_it_ever_carried() -> None:
+    """Slow, it keeps more prompts waiting than it ever did healthy: that work has no baseline of
+    its own yet, and is judged against the light-load one scaled by the work instead of being
+    learned as healthy (once learned, the slowness would pass for the norm)."""
+    clock = FakeClock()
+    e = calibrated_at_light_load(clock)
+    for _ in range(5):
+        serve(e, clock, [1000] * 16, slowdown=10.0)
+    assert e.breaker_state is BreakerState.OPEN
+    assert "TTFT" in e.breaker.last_trip_reason
+
+
 def test_long_prompts_after_a_baseline_of_short_ones_do_not_trip() -> None:
     """16k-token prompts take 8 s to prefill on this replica: 27x the TTFT of the 500-token prompts
     it calibrated on, yet healthy (seen on a 34B model on an A100 in the simulator)."""
