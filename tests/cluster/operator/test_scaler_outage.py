@@ -39,12 +39,22 @@ def scaler() -> Iterator[StubScaler]:
     stub.stop()
 
 
+def _events(api_client, namespace: str, name: str) -> list[kubernetes.client.CoreV1Event]:
+    return (
+        kubernetes.client.CoreV1Api(api_client)
+        .list_namespaced_event(
+            namespace, field_selector=f"involvedObject.name={name},involvedObject.kind=InferencePool"
+        )
+        .items
+    )
+
+
 def _condition(pool: dict, ctype: str) -> dict:
     return next((c for c in pool.get("status", {}).get("conditions", []) if c["type"] == ctype), {})
 
 
 def test_scaler_down_at_three_replicas_holds_them_and_the_pool_says_keda_will_hold(
-    api_client, namespace: str, operator_for, scaler: StubScaler
+    api_client, namespace: str, operator_for, scaler: StubScaler, tmp_path
 ) -> None:
     custom = kubernetes.client.CustomObjectsApi(api_client)
     body = valid_pool("held")
@@ -62,6 +72,8 @@ def test_scaler_down_at_three_replicas_holds_them_and_the_pool_says_keda_will_ho
         # The real HPA brings the pool to what the scaler answers.
         wait_for(lambda: pool()["spec"]["replicas"] == ACTIVE, timeout_s=150, interval_s=1, what=f"/scale {ACTIVE}")
         assert _condition(pool(), "ScalerReachable").get("status") == "True"
+        # and the operator has reconciled that count (the Event below quotes the count of its reconcile)
+        wait_for(lambda: pool().get("status", {}).get("replicas") == ACTIVE, timeout_s=30, what="status.replicas")
 
         scaler.stop()  # the scaler process dies
         down = time.monotonic()
@@ -83,6 +95,16 @@ def test_scaler_down_at_three_replicas_holds_them_and_the_pool_says_keda_will_ho
             seen.add(pool()["spec"]["replicas"])
             time.sleep(1)
         assert seen == {ACTIVE}, f"replicas moved during the outage: {sorted(seen)}"
+        # `kubectl describe tgpool` says it as a Warning Event, once for the whole outage (every
+        # reconcile in it rewrote the same condition).
+        said = [e for e in _events(api_client, namespace, "held") if e.reason == "KedaHoldsReplicas"]
+        assert len(said) == 1 and (said[0].count or 1) == 1, [(e.reason, e.message) for e in said]
+        assert said[0].type == "Warning"
+        assert said[0].message.startswith("ScalerReachable=False: "), said[0].message
+        assert f"holds the pool at its current {ACTIVE} replica(s)" in said[0].message
+        # and the operator's log says it once, as a WARNING naming the pool (operator_for logs to tmp_path)
+        lines = [ln for ln in (tmp_path / "operator.log").read_text().splitlines() if "ScalerReachable=False" in ln]
+        assert len(lines) == 1 and " WARNING " in lines[0] and f"[{namespace}/held]" in lines[0], lines
         so = custom.get_namespaced_custom_object("keda.sh", "v1alpha1", namespace, "scaledobjects", "held")
         kinds = {c["type"]: c["status"] for c in so.get("status", {}).get("conditions", [])}
         keda_ready = next(c for c in so["status"]["conditions"] if c["type"] == "Ready")
