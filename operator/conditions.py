@@ -229,8 +229,8 @@ def changes(old_status: Mapping[str, Any], new_status: Mapping[str, Any]) -> lis
                 continue
         elif before is None:
             bad = _bad(cond)
-            if not bad or cond.get("reason") in _STARTING:
-                continue
+            if not bad or cond.get("reason") in _STARTING or ctype == ConditionType.DEGRADED:
+                continue  # a first Degraded=True is its problems' own Warning Events already
         else:
             bad = _bad(cond)
             if (before.get("status"), before.get("reason")) == (cond.get("status"), cond.get("reason")):

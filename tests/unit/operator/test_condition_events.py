@@ -139,3 +139,14 @@ def test_a_problem_already_reported_is_not_repeated() -> None:
     reconcile._announce(kube, POOL, [problem], HEALTHY, degraded)
     reconcile._announce(kube, POOL, [problem], degraded, degraded)
     assert kube.events == [("PodCreateFailed", "violates PodSecurity", True)]
+
+
+def test_a_pool_born_degraded_says_each_problem_once() -> None:
+    # a new pool whose Deployment the API server refuses: its first status is already Degraded=True.
+    # Its problem is one Warning Event and one WARNING line, not a second "Degraded=True ..." copy
+    # (seen in the cluster tier: the refusal logged twice at WARNING).
+    kube = _Kube()
+    problem = Problem("ApiRefused", "the API server refused Deployment lc (422)")
+    born = _status(_cond("Degraded", "True", "ApiRefused", problem.message))
+    reconcile._announce(kube, POOL, [problem], {}, born)
+    assert kube.events == [("ApiRefused", problem.message, True)]
