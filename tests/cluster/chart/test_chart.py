@@ -145,7 +145,10 @@ def test_tls_mounts_the_secret_and_probes_over_tcp(helm, namespace) -> None:
 def test_monitoring_objects_only_where_prometheus_operator_is_served(helm, namespace) -> None:
     assert "PodMonitor" not in _by_kind(_render(helm, "tg", namespace))
     kinds = _by_kind(_render(helm, "tg", namespace, "--api-versions", "monitoring.coreos.com/v1"))
-    pod_monitor = kinds["PodMonitor"][0]["spec"]
+    monitors = {m["metadata"]["name"]: m["spec"] for m in kinds["PodMonitor"]}
+    pod_monitor = monitors["tg-tidegate-sidecars"]  # every pool's sidecars, in any namespace
+    operator_endpoint = monitors["tg-tidegate-operator"]["podMetricsEndpoints"][0]
+    assert (operator_endpoint["port"], operator_endpoint["honorLabels"]) == ("metrics", True)  # pool conditions
     assert pod_monitor["namespaceSelector"] == {"any": True}
     endpoint = pod_monitor["podMetricsEndpoints"][0]
     assert endpoint["port"] == "admission" and endpoint["path"] == "/metrics"
