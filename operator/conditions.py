@@ -46,6 +46,7 @@ class Observed:
     fallback_replicas: int | None = None  # spec.scaling.fallbackReplicas
     keda_says: str | None = None  # KEDA's reason and message when it reports the ScaledObject not Ready
     notes: tuple[str, ...] = ()  # said in Ready's message, e.g. spec.replicas held at scaling.minReplicas
+    no_service: str = ""  # why the pool's Service could not be applied ("" when it was): nothing reaches the replicas
 
 
 def scaler_unreachable(observed: Observed) -> tuple[str, str]:
@@ -100,7 +101,8 @@ def status(
     old = {c["type"]: c for c in old_conditions if "type" in c}
     p = observed.plan
     gen = observed.generation
-    serving = p.ready_active >= observed.desired_active
+    # Replicas ready behind a Service the API server refused serve nobody: not Ready, whatever the pods say.
+    serving = p.ready_active >= observed.desired_active and not observed.no_service
     warm_full = p.warm_ready >= observed.warm_size
     converged = p.empty and serving and warm_full and p.draining == 0
     summary = f"{p.ready_active}/{observed.desired_active} active ready, {p.warm_ready}/{observed.warm_size} warm ready"
@@ -108,10 +110,12 @@ def status(
         summary += f", {p.draining} draining"
     if observed.notes:
         summary += f" ({'; '.join(observed.notes)})"
+    ready_reason, ready_message = ("Serving" if serving else "WaitingForReplicas"), summary
+    if observed.no_service:
+        ready_reason = "NoService"
+        ready_message = f"{summary}; no requests reach them: {observed.no_service}"
     conditions = [
-        _condition(
-            ConditionType.READY, serving, "Serving" if serving else "WaitingForReplicas", summary, gen, old, now_s
-        ),
+        _condition(ConditionType.READY, serving, ready_reason, ready_message, gen, old, now_s),
         _condition(
             ConditionType.PROGRESSING,
             not converged,

@@ -481,12 +481,16 @@ def reconcile(
         events.append(f"draining {len(plan.drain)} replica(s): {active_before} -> {plan.active} active")
     events += after_drain_events(after, pool.spec.warm_pool.size)
     problems: list[Problem] = []
+    no_service = ""
     for manifest in (
         builders.admission_config_map(pool),
         builders.service(pool, settings),
         builders.pod_disruption_budget(pool),
     ):
+        before = len(problems)
         _apply_or_report(kube, adopt(manifest, owner), problems)
+        if manifest["kind"] == "Service" and len(problems) > before:
+            no_service = problems[-1].message
     live_deployment = _apply_or_report(
         kube, adopt(builders.deployment(pool, settings, plan.deployment_replicas), owner), problems
     )
@@ -536,6 +540,7 @@ def reconcile(
         degraded_reasons=tuple(p.message for p in problems),
         degraded_reason=problems[0].reason if problems else "",
         notes=(below_min,) if below_min else (),
+        no_service=no_service,
     )
     old_status = obj.get("status") or {}
     status = conditions.status(observed, old_status.get("conditions") or [])

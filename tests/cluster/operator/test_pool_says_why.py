@@ -207,3 +207,31 @@ def test_a_pool_applied_below_min_replicas_serves_min_replicas_and_says_so(api_c
     )
     assert pool["status"]["readyReplicas"] == 2
     assert json.dumps(pool["spec"]["replicas"]) == "1"  # the operator never writes spec
+
+
+def test_replicas_up_behind_a_service_the_api_server_refused_are_not_ready(api_client, kubectl, namespace: str) -> None:
+    # A quota that allows no Service: the pod comes up, but no request can reach it.
+    kubectl("create", "quota", "no-services", "-n", namespace, "--hard=services=0")
+    _create(api_client, namespace, _pool("nosvc", replicas=1, warmPool={"size": 0}))
+    ready = wait_for(
+        lambda: (
+            (c := _condition(api_client, namespace, "nosvc", "Ready"))
+            and c["reason"] == "NoService"
+            and c["message"].startswith("1/1 active ready")
+            and c
+        ),
+        timeout_s=DEADLINE_S,
+        what="Ready=False NoService with the replica ready",
+    )
+    assert ready["status"] == "False"
+    assert "refused Service nosvc" in ready["message"] and "exceeded quota: no-services" in ready["message"]
+    assert _degraded_with(api_client, namespace, "nosvc", "refused Service nosvc")["reason"] == "ApiRefused"
+
+    # The quota lifted: the Service is made and the pool is Ready.
+    kubectl("delete", "quota", "no-services", "-n", namespace)
+    wait_for(
+        lambda: _condition(api_client, namespace, "nosvc", "Ready").get("reason") == "Serving",
+        timeout_s=DEADLINE_S,
+        what="Ready=True once the Service exists",
+    )
+    kubernetes.client.CoreV1Api(api_client).read_namespaced_service("nosvc", namespace)
