@@ -59,6 +59,26 @@ Trips (only while closed) on:
   starts no earlier than the first probe, so requests stuck since before the trip cannot re-open
   the breaker before a probe had time to progress. The engine calls :meth:`Breaker.check_stall`.
 
+**When** each piece of evidence counts (one request is one sample for each judgement). A streamed
+request's TTFT is judged when its first token arrives (:meth:`Breaker.first_token`, the engine
+calls it from :meth:`~tidegate.admission.engine.Engine.first_token`): the latency average, the
+baseline it may teach, the latency trip, and a half-open probe's "slow" verdict; its end is
+then recorded (:meth:`Breaker.record`) with the outcome alone, for the error trips and the probe's
+outcome, and its TTFT is not counted again. Why: a request ends when its generation does, minutes
+after its first token for long outputs, and a breaker that learned TTFT only then kept a replica
+turned slow in service that long (simulator, ``mixed-34b-a100``, one replica 10x slower at 600 s,
+seeds 0-2: opened at 957 / 682 / 784 s when TTFT came with the end). The error window holds
+outcomes at the time each request ended, as before; the latency average moves at each first
+token, so a trip on it happens at a first token and the error trips at an end. A probe whose
+first token is slow is a failed probe at once (the breaker reopens as soon as the failures are
+over ``halfOpenSuccessRatio``'s allowance) and its end no longer counts as a probe; a probe whose
+first token is in time is decided by how it ends. A first token judged while open or half-open
+(a request admitted before the trip) moves the average but teaches no baseline, as before. A
+request cancelled after its first token (the client went away) has given its TTFT, which counts;
+the cancellation itself is neutral. A response with no first token seen (non-streamed; the
+engine never calls :meth:`Breaker.first_token` for it) has its TTFT, if any, judged at its end, as
+before: then only a decisive, successful outcome teaches or trips on latency.
+
 **Tenant attribution** (no client can trip the breaker for the others). Every decisive outcome
 (success, failure) is recorded with its tenant. The *suspect* is the tenant with the most failures
 in the window, provided a **different** tenant has a success in the window. While there is a
@@ -345,6 +365,26 @@ class Breaker:
         if self._state is BreakerState.CLOSED and self.spec.enabled:
             self._check_trip()
 
+    def first_token(self, ttft_s: float, probe_epoch: int | None = None, work_tokens: int = 0) -> bool:
+        """A streamed request's first token came ``ttft_s`` after it was forwarded: its latency
+        evidence, judged now rather than when the request ends (module docstring, *When*). The
+        caller then records its end with :meth:`record` without ``ttft_s``. ``probe_epoch`` and
+        ``work_tokens`` as for :meth:`record`. Returns True when this decided a half-open probe (a
+        slow first token: a failed probe); its end is then no probe (the caller drops its
+        ``probe_epoch``), so it counts once."""
+        limit = self.latency_limit_s(work_tokens)
+        if probe_epoch is not None and probe_epoch == self.epoch and self.state is BreakerState.HALF_OPEN:
+            if limit is None or ttft_s <= limit:
+                return False  # its outcome decides the probe when it ends
+            self._probes_out = max(0, self._probes_out - 1)
+            self._probe_failed += 1
+            self._decide_half_open()
+            return True
+        self._learn_ttft(ttft_s, limit, work_tokens)
+        if self._state is BreakerState.CLOSED and self.spec.enabled:
+            self._check_latency()
+        return False
+
     def _observe(self, now: float, failed: bool, tenant: str) -> None:
         self._window.append((now, failed, tenant))
         self._failed_in_window += failed
@@ -418,12 +458,15 @@ class Breaker:
                 f"{_among(self._tally.failed, suspect)}"
             )
         else:
-            if self._recent is not None and self._recent > 1.0:
-                ttft, limit, work = self._last_judged
-                self._open(
-                    f"TTFT {self._recent:.2f}x its limit on average (last: {ttft:.3f} s over {limit:.3f} s, "
-                    f"{self.spec.latency_multiplier:g}x the baseline of {work} tokens of prefill work)"
-                )
+            self._check_latency()
+
+    def _check_latency(self) -> None:
+        if self._recent is not None and self._recent > 1.0:
+            ttft, limit, work = self._last_judged
+            self._open(
+                f"TTFT {self._recent:.2f}x its limit on average (last: {ttft:.3f} s over {limit:.3f} s, "
+                f"{self.spec.latency_multiplier:g}x the baseline of {work} tokens of prefill work)"
+            )
 
     def _decide_half_open(self) -> None:
         needed = self.spec.half_open_requests

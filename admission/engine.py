@@ -556,8 +556,9 @@ class Engine:
         state.give_back(ticket.reserved_tokens - charged, now)
         self._unaccept(ticket, state)
         self.breaker.record(
-            completion, ttft_s, ticket.probe_epoch, tenant=ticket.tenant, work_tokens=ticket.prefill_work_tokens
-        )
+            completion, None if ticket.ttft_judged else ttft_s, ticket.probe_epoch, tenant=ticket.tenant,
+            work_tokens=ticket.prefill_work_tokens,
+        )  # fmt: skip
         if completion is Completion.SUCCESS:
             self._last_progress_s = now
             started = ticket.admitted_at_s if ticket.admitted_at_s is not None else now
@@ -636,7 +637,14 @@ class Engine:
         return self.take_settled()
 
     def first_token(self, ticket: Ticket, ttft_s: float | None = None) -> None:
-        """The backend produced ``ticket``'s first token: its prefill is over (batch composition)."""
+        """The backend produced ``ticket``'s first token ``ttft_s`` after it was forwarded: its
+        prefill is over (batch composition), and the breaker judges that TTFT now, not when the
+        request ends (:meth:`~tidegate.admission.breaker.Breaker.first_token`; :meth:`release`
+        then gives it the outcome alone). Once per ticket; later calls change nothing."""
+        if ticket.state is TicketState.ADMITTED and ttft_s is not None and not ticket.ttft_judged:
+            ticket.ttft_judged = True
+            if self.breaker.first_token(ttft_s, ticket.probe_epoch, work_tokens=ticket.prefill_work_tokens):
+                ticket.probe_epoch = None  # a failed probe already: its end counts as an ordinary request
         if self.capacity.first_token(ticket, ttft_s):
             self.dispatch()
 

@@ -66,6 +66,7 @@ class Ticket:
     reserved_tokens: int = 0  # tokens this request holds while admitted (``cost.reserved_tokens``)
     prefilling: bool = False  # admitted and no first token yet (batch-composition control)
     prefill_work_tokens: int = 0  # prompt tokens prefilling here when admitted, its own included (breaker)
+    ttft_judged: bool = False  # the breaker took its TTFT at the first token (not again at release)
     account: str = ""  # the tenant state it is charged to (``tenants.TenantBook.account``; "" = ``tenant``)
 
     def __post_init__(self) -> None:
