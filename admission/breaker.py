@@ -14,8 +14,9 @@ Trips (only while closed) on:
   tracks it: until the first token of a streamed request, the predicted prefill time of a
   non-streamed one under ``maxPrefillTokens``, else until it ends (then the work over-counts
   what is in the way, but alike for the baseline and the judged response; the policy simulator
-  reports no first tokens, so there it is the prompt tokens in flight, a load measure as much as
-  a size). Baselines are kept per bucket of it
+  reported no first tokens before it called ``Engine.first_token`` (issue #13), so the simulator
+  figures below measured it as the prompt tokens in flight, a load measure as much as a size).
+  Baselines are kept per bucket of it
   (up to :attr:`BreakerTuning.work_bucket_min_tokens`, then one bucket per doubling: within a
   bucket the work differs by at most 2x, under the default multiplier of 3); a bucket's baseline
   is a slow moving average of its healthy TTFTs, trusted after ``minSamples`` of them. A response

@@ -70,6 +70,9 @@ class Policy(abc.ABC):
         else:
             sim.start(req, pod)
 
+    def on_first_token(self, sim: Any, req: Any, pod: Pod) -> None:  # noqa: B027 (an optional hook)
+        """``req`` produced its first token on ``pod`` (``req.first_token_s`` is set)."""
+
     def on_finish(self, sim: Any, req: Any, pod: Pod) -> None:  # noqa: B027 (an optional hook)
         """``req`` finished on ``pod``."""
 

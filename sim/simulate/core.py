@@ -197,7 +197,9 @@ class Simulator:
         for event in replica.advance(self.now):
             if event.kind is EventKind.TOKEN:
                 if event.index == 0:
-                    pod.running[event.seq_id].first_token_s = event.time_s
+                    req = pod.running[event.seq_id]
+                    req.first_token_s = event.time_s
+                    self.policy.on_first_token(self, req, pod)
             elif event.kind is EventKind.FINISHED:
                 req = pod.running.pop(event.seq_id)
                 replica.release(event.seq_id)

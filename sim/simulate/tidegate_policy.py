@@ -8,8 +8,10 @@ Adapter only; no decision logic of its own:
   publishes it (vLLM ``cache_config_info``), read through the sidecar's parser
   (:func:`reported_capacity`); requests reach it through the
   Service (round robin), with cost ``RequestCost.fixed(prompt, max_tokens)`` (an exact prompt
-  count, as with ``tokenizer: backend``); the engine's ADMITTED / QUEUED / REJECTED answer, its
-  settled queue and its releases drive the replica model. ``tick()`` every 0.1 s and telemetry
+  count, as with ``tokenizer: backend``), streamed; the engine's ADMITTED / QUEUED / REJECTED
+  answer, its settled queue and its releases drive the replica model, and each request's first
+  token reaches :meth:`~tidegate.admission.engine.Engine.first_token` when the replica produces it
+  (the proxy's first streamed event: batch composition, the breaker's TTFT). ``tick()`` every 0.1 s and telemetry
   (KV usage, generation counter) every ``telemetry.pollIntervalMs``, as the sidecar does;
 - every KEDA poll builds each active pod's :class:`~tidegate.admission.stats.StatsSnapshot` from
   its engine's counters and the budget in force (what the sidecar's stats endpoint serves), and runs the scaler's own
@@ -22,6 +24,7 @@ Adapter only; no decision logic of its own:
 - the warm pool (``spec.warmPool.size``) is the operator's planner's (see :mod:`~.cluster`).
 """
 
+import dataclasses
 from typing import Any
 
 from tidegate.admission import telemetry
@@ -43,6 +46,12 @@ from tidegate.sim.replica import ReplicaConfig
 from tidegate.sim.simulate.baselines import Policy
 from tidegate.sim.simulate.cluster import Pod
 from tidegate.sim.simulate.hpa import DEFAULT_BEHAVIOR, MetricType
+
+
+def streamed_cost(prompt_tokens: int, max_tokens: int) -> RequestCost:
+    """The cost of a simulated request: exact prompt, streamed (its clients read a first token)."""
+    return dataclasses.replace(RequestCost.fixed(prompt_tokens, max_tokens), stream=True)
+
 
 STALE_AFTER_S = 30.0
 """The scaler's default ``stale_after_s`` (``tidegate.scaler.sidecar``)."""
@@ -77,7 +86,7 @@ class Tidegate(Policy):
             sim.refuse(req, pod)
             return
         engine: Engine = pod.front
-        ticket = engine.submit(req.tenant, req.priority, RequestCost.fixed(req.prompt_tokens, req.max_tokens))
+        ticket = engine.submit(req.tenant, req.priority, streamed_cost(req.prompt_tokens, req.max_tokens))
         req.ticket, req.pod = ticket, pod
         if ticket.state is TicketState.ADMITTED:
             sim.start(req, pod)
@@ -100,6 +109,13 @@ class Tidegate(Policy):
                 sim.start(req, pod)
             else:
                 sim.refuse(req, ticket.reason.value)
+
+    def on_first_token(self, sim: Any, req: Any, pod: Pod) -> None:
+        """The proxy's ``relay.on_first_event``: the engine learns the TTFT now (batch composition,
+        the breaker), not when the generation ends."""
+        backend_ttft_s = req.first_token_s - req.started_s  # as the proxy measures it: from forwarding
+        pod.front.first_token(req.ticket, backend_ttft_s)
+        self._settle(sim, pod)
 
     def on_finish(self, sim: Any, req: Any, pod: Pod) -> None:
         used = req.prompt_tokens + req.output_tokens

@@ -8,7 +8,11 @@ followed it down while the pool was still saturated, then back up: flaps. The Sc
 keeps a window of ``scaleDownCooldownSeconds`` (the HPA's default is 300 s), and it does not.
 """
 
+import dataclasses
+from typing import Any
+
 from tests.unit.simulate.conftest import BASE
+from tidegate.admission.breaker import BreakerState
 from tidegate.sim.simulate import core, policies, report, scenario
 
 SPIKE = {**BASE, "faults": [], "duration_s": 420, "load": {"spikes": [{"start_s": 60, "end_s": 360, "factor": 4}]}}
@@ -33,3 +37,34 @@ def test_a_pool_whose_congestion_clears_after_scaling_up_does_not_flap() -> None
     the throughput the replicas served at their knee."""
     sim = core.Simulator(scenario.load("diurnal"), policies.make("tidegate"), seed=0).run()
     assert report.summarize(sim).flaps == 0
+
+
+def test_a_replica_turned_slow_is_cut_off_at_its_first_slow_tokens_not_when_its_long_answers_end() -> None:
+    """mixed-34b-a100 (long generations), seed 0: one serving replica runs 10x slower (prefill and
+    decode) from 600 s. Its breaker used to learn TTFT when each request ended, and opened at 957 s;
+    the engine now hears each first token when the replica produces it (the proxy's first streamed
+    event), and it opens within the first minute. No healthy replica's breaker opens."""
+    sim = core.Simulator(scenario.load("mixed-34b-a100"), policies.make("tidegate"), seed=0)
+    slow: list[Any] = []
+    opened: dict[str, float] = {}
+
+    def slow_down(_: object) -> None:
+        pod = sorted(sim.pool.serving(), key=lambda p: p.name)[0]
+        c = pod.replica.config
+        pod.replica.config = dataclasses.replace(
+            c, prefill_tokens_per_s=c.prefill_tokens_per_s / 10, decode_tokens_per_s=c.decode_tokens_per_s / 10
+        )
+        slow.append(pod)
+
+    def watch(_: object) -> None:
+        for pod in sim.pool.serving():
+            if pod.front is not None and pod.front.breaker_state is BreakerState.OPEN:
+                opened.setdefault(pod.name, sim.now)
+        sim.schedule(sim.now + 1.0, "watch")
+
+    sim._on_slow_down, sim._on_watch = slow_down, watch  # type: ignore[attr-defined]
+    sim.schedule(600.0, "slow_down")
+    sim.schedule(1.0, "watch")
+    sim.run()
+    assert list(opened) == [slow[0].name], opened
+    assert opened[slow[0].name] < 660.0, opened
