@@ -68,7 +68,8 @@ then recorded (:meth:`Breaker.record`) with the outcome alone, for the error tri
 outcome, and its TTFT is not counted again. Why: a request ends when its generation does, minutes
 after its first token for long outputs, and a breaker that learned TTFT only then kept a replica
 turned slow in service that long (simulator, ``mixed-34b-a100``, one replica 10x slower at 600 s,
-seeds 0-2: opened at 957 / 682 / 784 s when TTFT came with the end). The error window holds
+seeds 0-2: opened at 957 / 682 / 784 s when TTFT came with the end, at 626 / 610 / 634 s at the
+first token; ``spike``: 784 / 803 / 797 s, now 626 / 643 / 648 s). The error window holds
 outcomes at the time each request ended, as before; the latency average moves at each first
 token, so a trip on it happens at a first token and the error trips at an end. A probe whose
 first token is slow is a failed probe at once (the breaker reopens as soon as the failures are
