@@ -107,6 +107,21 @@ def _unschedulable_since(pod: Any) -> tuple[float | None, str]:
     return None, ""
 
 
+def _gpus(pod: Any) -> int:
+    """``nvidia.com/gpu`` the pod's containers ask for (limits, else requests), summed; 0 if none."""
+    total = 0
+    for container in getattr(pod.spec, "containers", None) or []:
+        resources = container.resources
+        asked = (resources.limits or {}) if resources else {}
+        if "nvidia.com/gpu" not in asked and resources:
+            asked = resources.requests or {}
+        try:
+            total += int(asked.get("nvidia.com/gpu", 0))
+        except (TypeError, ValueError):
+            continue
+    return total
+
+
 def unschedulable(
     pods: Iterable[Any], now_s: float, threshold_s: float, karpenter_says: Mapping[str, str] | None = None
 ) -> list[Problem]:
@@ -119,6 +134,7 @@ def unschedulable(
     karpenter_says = karpenter_says or {}
     by_message: dict[str, list[str]] = {}
     by_karpenter: dict[str, list[str]] = {}
+    gpus: dict[str, int] = {}  # scheduler message -> nvidia.com/gpu one of its pods asks for
     for pod in pods:
         since, message = _unschedulable_since(pod)
         if since is None or now_s - since < threshold_s:
@@ -127,6 +143,7 @@ def unschedulable(
             by_karpenter.setdefault(says, []).append(pod.metadata.name)
         else:
             by_message.setdefault(message, []).append(pod.metadata.name)
+            gpus.setdefault(message, _gpus(pod))
     found = [
         Problem(
             Reason.KARPENTER_CANNOT_PLACE,
@@ -135,11 +152,15 @@ def unschedulable(
         for says, pod_names in by_karpenter.items()
     ]
     for message, pod_names in by_message.items():
-        hint = (
-            " (is the NVIDIA device plugin running, or is the NodePool at its limit?)"
-            if "nvidia.com/gpu" in message
-            else ""
-        )
+        hint = ""
+        if "nvidia.com/gpu" in message:
+            n = gpus.get(message, 0)
+            hint = (
+                f" (each pod asks for {n} nvidia.com/gpu: is the NVIDIA device plugin running, is the NodePool at "
+                f"its limit, and does any node offer {n} GPUs?)"
+                if n > 1
+                else " (is the NVIDIA device plugin running, or is the NodePool at its limit?)"
+            )
         found.append(
             Problem(
                 Reason.UNSCHEDULABLE,

@@ -14,6 +14,7 @@ from kubernetes.client import (
     V1PodCondition,
     V1PodSpec,
     V1PodStatus,
+    V1ResourceRequirements,
 )
 
 from tidegate.operator import failures
@@ -81,6 +82,27 @@ def test_unschedulable_pods_past_the_threshold_carry_the_schedulers_message_once
     assert problem.message.startswith("2 pods (p-0, p-1) Pending for over 10 s, the scheduler says: 0/5 nodes")
     assert "NVIDIA device plugin" in problem.message
     assert failures.unschedulable(pods, NOW.timestamp(), threshold_s=60) == []  # not yet
+
+
+def test_a_pod_asking_for_more_gpus_than_one_node_has_is_told_to_check_the_node_size_too() -> None:
+    # A pool with gpus: 16 on 8-GPU nodes: no device plugin or NodePool limit is at fault, so the
+    # hint names the count the pods ask for (a new user was sent to the device plugin).
+    since = NOW - datetime.timedelta(seconds=30)
+    says = "0/5 nodes are available: 5 Insufficient nvidia.com/gpu."
+    cond = V1PodCondition(
+        type="PodScheduled", status="False", reason="Unschedulable", message=says, last_transition_time=since
+    )
+    model = V1Container(name="model", resources=V1ResourceRequirements(limits={"nvidia.com/gpu": "16"}))
+    pod = V1Pod(
+        metadata=V1ObjectMeta(name="p-0"),
+        spec=V1PodSpec(containers=[model, V1Container(name="sidecar")]),
+        status=V1PodStatus(phase="Pending", conditions=[cond]),
+    )
+    [problem] = failures.unschedulable([pod], NOW.timestamp(), threshold_s=10)
+    assert problem.message.endswith(
+        "(each pod asks for 16 nvidia.com/gpu: is the NVIDIA device plugin running, is the NodePool at its "
+        "limit, and does any node offer 16 GPUs?)"
+    )
 
 
 def test_image_pull_errors_and_crash_loops_name_the_container_and_the_reason() -> None:
