@@ -9,6 +9,10 @@ TTFT only at the end kept a replica turned slow in service that long (simulator,
 import heapq
 from typing import Any
 
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from tidegate.admission.breaker import BreakerState, Completion
 from tidegate.admission.cost import RequestCost
 from tidegate.admission.engine import Engine
@@ -122,16 +126,18 @@ def test_a_probe_slow_to_its_first_token_reopens_the_breaker_at_once() -> None:
     assert e.breaker.trips == 2  # its end reopened nothing more
 
 
-def test_a_slow_probe_counts_as_one_failed_probe_not_two() -> None:
+@pytest.mark.parametrize("end", [Completion.SUCCESS, Completion.FAILURE])
+def test_a_slow_probe_counts_as_one_failed_probe_not_two(end: Completion) -> None:
     """5 probes, 80% must succeed (one failure allowed): one slow to its first token fails once;
-    its end is not judged again, so four fast ones close the breaker."""
+    its end (a complete answer, or a stream broken after that token) is not judged again, so four
+    fast ones close the breaker."""
     clock = FakeClock(0.0)
     e = tripped_on_latency(clock)
     slow, *fast = probes(e, 5)
     clock.advance(10 * HEALTHY_TTFT_S)
     e.first_token(slow, 10 * HEALTHY_TTFT_S)
     assert e.breaker_state is BreakerState.HALF_OPEN
-    e.release(slow, Completion.SUCCESS, ttft_s=10 * HEALTHY_TTFT_S)
+    e.release(slow, end, ttft_s=10 * HEALTHY_TTFT_S)
     assert e.breaker_state is BreakerState.HALF_OPEN
     for ticket in fast:
         e.first_token(ticket, HEALTHY_TTFT_S)
@@ -176,3 +182,34 @@ def test_non_streamed_requests_are_still_judged_at_release() -> None:
         clock.advance(1.0)
         e.release(ticket, Completion.SUCCESS, ttft_s=ttft)
     assert e.breaker_state is BreakerState.OPEN and "TTFT" in e.breaker.last_trip_reason
+
+
+ENDS = [Completion.SUCCESS, Completion.SUCCESS, Completion.FAILURE, Completion.NEUTRAL, Completion.CANCELLED]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    fates=st.lists(st.tuples(st.sampled_from(["none", "fast", "slow"]), st.sampled_from(ENDS)), min_size=1, max_size=8)
+)
+def test_half_open_probes_never_lock_the_breaker_out_whatever_their_first_token_and_end(
+    fates: list[tuple[str, Completion]],
+) -> None:
+    """Every probe frees or decides its slot exactly once, whether its first token came in time,
+    late or never, and however it ended: afterwards the breaker is closed, open, or lets a probe
+    through within two arrivals."""
+    clock = FakeClock(0.0)
+    e = tripped_on_latency(clock)
+    running = []
+    for first, end in fates:
+        for _ in range(2):
+            ticket = e.submit("t", "interactive", RequestCost.fixed(200, 2000))
+            if ticket.outcome is not Outcome.REJECT:
+                running.append((ticket, first, end))
+                break
+    for ticket, first, _ in running:
+        if first != "none":
+            e.first_token(ticket, HEALTHY_TTFT_S if first == "fast" else 100 * HEALTHY_TTFT_S)  # slow for any work
+    for ticket, _, end in running:
+        e.release(ticket, end)
+    if e.breaker_state is BreakerState.HALF_OPEN:
+        assert any(e.breaker.allow()[0] for _ in range(2)), "half-open with no probe slot left"
