@@ -21,6 +21,7 @@ import pytest
 import yaml
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
+from tests.cluster.conftest import operator_scope
 from tidegate.operator import rbac
 from tidegate.scaler.proto import externalscaler_pb2 as pb
 from tidegate.scaler.proto import externalscaler_pb2_grpc as pb_grpc
@@ -203,10 +204,14 @@ def operator_env(
 
 
 def start_operator(env: dict[str, str], log_path: pathlib.Path) -> subprocess.Popen:
-    """Start ``tidegate operator`` (all namespaces), appending its output to ``log_path``."""
+    """Start ``tidegate operator`` (all namespaces; under xdist this worker's, see
+    :func:`~tests.cluster.conftest.operator_scope`), appending its output to ``log_path``."""
     with log_path.open("a") as log:
         return subprocess.Popen(
-            [sys.executable, "-m", "tidegate.cli.main", "operator"], env=env, stdout=log, stderr=subprocess.STDOUT
+            [sys.executable, "-m", "tidegate.cli.main", "operator", *operator_scope()],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
         )
 
 

@@ -228,6 +228,9 @@ def test_node_pool_ready_tells_what_karpenter_made_of_the_node_pool(api_client, 
         )
 
 
+# Karpenter's FailedScheduling message names one NodePool's incompatibility: with other tests'
+# NodePools in the cluster it can name theirs ("... not in karpenter.sh/nodepool In [<another>]").
+@pytest.mark.alone
 def test_a_pod_no_instance_type_can_hold_degrades_the_pool_in_karpenters_words(api_client, namespace: str) -> None:
     # 16 GPUs per replica: the largest GPU instance type here has 8. The scheduler's own message only
     # says no node matches the NodePool's selector; Karpenter's FailedScheduling Event says why it

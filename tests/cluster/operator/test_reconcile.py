@@ -3,14 +3,13 @@
 import copy
 import json
 import time
-import uuid
 from typing import Any
 
 import kubernetes
 import pytest
 import yaml
 
-from tests.cluster.conftest import wait_for
+from tests.cluster.conftest import new_namespace_name, wait_for
 from tests.invalid_pools import valid_pool
 from tidegate.api import GROUP, PLURAL, VERSION, constants
 from tidegate.operator.rbac import RULES
@@ -285,7 +284,7 @@ def test_gpu_not_advertised_sets_degraded(api_client, namespace: str) -> None:
 
 
 def test_two_pools_in_two_namespaces_are_isolated(api_client, kubectl, namespace: str) -> None:
-    other = f"t-{uuid.uuid4().hex[:10]}"
+    other = new_namespace_name()
     core = kubernetes.client.CoreV1Api(api_client)
     core.create_namespace({"metadata": {"name": other}})
     try:

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 import kubernetes
 import pytest
 
-from tests.cluster.conftest import wait_for
+from tests.cluster.conftest import new_namespace_name, wait_for
 from tests.cluster.operator.conftest import StubScaler, operator_env, start_operator, stop_operator
 from tests.invalid_pools import valid_pool
 from tidegate.api import GROUP, PLURAL, VERSION
@@ -148,7 +148,7 @@ def test_a_namespaced_operator_does_not_reconcile_a_pool_of_another_namespace_wh
     # labels its own. kopf watches cluster-scoped NodePools in every namespace whatever -n says.
     custom = kubernetes.client.CustomObjectsApi(api_client)
     core = kubernetes.client.CoreV1Api(api_client)
-    other = f"t-{uuid.uuid4().hex[:10]}"
+    other = new_namespace_name()
     core.create_namespace({"metadata": {"name": other, "labels": {"tidegate.dev/test": "true"}}})
     env = {**operator_env(cluster_env, api_client, scaler_health, tmp_path), "TIDEGATE_RESYNC_SECONDS": RESYNC_S}
     with (tmp_path / "operator.log").open("w") as log:
