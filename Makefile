@@ -75,9 +75,16 @@ e2e: venv cluster-build
 	$(VENV)/bin/pytest -m e2e -s
 
 # Every tier. The cluster tier starts the local control plane itself (and deletes it after,
-# unless TIDEGATE_KEEP_CLUSTER=1 or it was already running).
+# unless TIDEGATE_KEEP_CLUSTER=1 or it was already running). The CPU-bound tiers run in one process;
+# the cluster and e2e tiers, which mostly wait on the real HPA, KEDA and Karpenter, on TEST_WORKERS
+# pytest-xdist workers, one file per worker at a time (and `alone` tests after: tests/conftest.py). All three runs always run.
+TEST_WORKERS ?= 4
 test: lint engines-build cluster-build
-	$(VENV)/bin/pytest
+	@rc=0; \
+	$(VENV)/bin/pytest -m "not (cluster or e2e)" || rc=1; \
+	$(VENV)/bin/pytest -m "(cluster or e2e) and not alone" -n $(TEST_WORKERS) --dist loadfile || rc=1; \
+	$(VENV)/bin/pytest -m "(cluster or e2e) and alone" || rc=1; \
+	exit $$rc
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache
