@@ -8,7 +8,7 @@ CLUSTER := e2e/cluster/cluster.sh
 .PHONY: help demo simulate venv lint unit component real-engine engines-build cluster-tests e2e test cluster-build cluster-up cluster-down crd clean
 
 help:
-	@echo "make demo          the whole loop on this machine, no cluster: sim GPUs, real sidecars, real scaler (~2 min)"
+	@echo "make demo          the whole loop on this machine, no cluster: sim GPUs, real sidecars, real scaler (~2 min, plus the venv the first time)"
 	@echo "make test          install everything and run lint + all test tiers (unit, component, real-engine, cluster, e2e)"
 	@echo "make real-engine   the sidecar in front of a real llama-server with a real model (builds it the first time)"
 	@echo "make simulate      the policy simulator: every scenario x policy, tables and plots under out/simulate"
