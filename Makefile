@@ -76,14 +76,16 @@ e2e: venv cluster-build
 
 # Every tier. The cluster tier starts the local control plane itself (and deletes it after,
 # unless TIDEGATE_KEEP_CLUSTER=1 or it was already running). The CPU-bound tiers run in one process;
-# the cluster and e2e tiers, which mostly wait on the real HPA, KEDA and Karpenter, on TEST_WORKERS
-# pytest-xdist workers, one file per worker at a time (and `alone` tests after: tests/conftest.py). All three runs always run.
-TEST_WORKERS ?= 4
+# the cluster tier, which mostly waits on the real HPA, KEDA and Karpenter, on TEST_WORKERS
+# pytest-xdist workers, one file per worker at a time; then the e2e tier (its load measures the
+# sidecars' refusals, which 2 cores shared with workers distort) and the `alone` tests in one process
+# (tests/conftest.py). All three runs always run.
+TEST_WORKERS ?= 3
 test: lint engines-build cluster-build
 	@rc=0; \
 	$(VENV)/bin/pytest -m "not (cluster or e2e)" || rc=1; \
-	$(VENV)/bin/pytest -m "(cluster or e2e) and not alone" -n $(TEST_WORKERS) --dist loadfile || rc=1; \
-	$(VENV)/bin/pytest -m "(cluster or e2e) and alone" || rc=1; \
+	$(VENV)/bin/pytest -m "cluster and not alone" -n $(TEST_WORKERS) --dist loadfile || rc=1; \
+	$(VENV)/bin/pytest -m "e2e or alone" || rc=1; \
 	exit $$rc
 
 clean:

@@ -2,9 +2,9 @@
 tests/cluster -> ``cluster`` (needs the local API server), tests/real_engine -> ``real_engine``
 (llama.cpp's llama-server with a real model), e2e/ -> ``e2e``.
 
-Under pytest-xdist (``make test`` runs the cluster and e2e tiers with ``-n 4 --dist loadfile``;
-the CPU-bound tiers run in one process first: their timing tests fail when they share the 2 cores
-with 4 workers) each test file runs on one worker (a module's ``operator`` starts once) and the
+Under pytest-xdist (``make test`` runs the cluster tier with ``-n 3 --dist loadfile``; the CPU-bound
+tiers run in one process first, their timing tests fail when they share the 2 cores with 4 workers,
+and the e2e tier and ``alone`` tests in one process after) each test file runs on one worker (a module's ``operator`` starts once) and the
 e2e tier on one worker (its tests share one launcher: chart, operator, scaler, pod agent); each
 cluster test has a namespace of its own. Tests marked ``alone`` need the cluster to themselves
 (Karpenter's scheduling messages name other tests' NodePools): ``make test`` runs them after the
