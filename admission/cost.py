@@ -122,9 +122,12 @@ class RequestCost:
         return self.sequences * self.prompts
 
     @classmethod
-    def fixed(cls, prompt_tokens: int, output_tokens: int) -> "RequestCost":
-        """A cost given directly (tests, the simulator): exact prompt, no safety factor."""
-        return cls(prompt_tokens, output_tokens, max(1, prompt_tokens + output_tokens), prompt_exact=True)
+    def fixed(cls, prompt_tokens: int, output_tokens: int, stream: bool = False) -> "RequestCost":
+        """A cost given directly (tests, the simulator): exact prompt, no safety factor; ``stream``:
+        the client reads a streamed answer (so a first token is seen)."""
+        return cls(
+            prompt_tokens, output_tokens, max(1, prompt_tokens + output_tokens), prompt_exact=True, stream=stream
+        )
 
 
 def _int_field(body: Mapping[str, Any], key: str, minimum: int) -> int | None:

@@ -24,7 +24,6 @@ Adapter only; no decision logic of its own:
 - the warm pool (``spec.warmPool.size``) is the operator's planner's (see :mod:`~.cluster`).
 """
 
-import dataclasses
 from typing import Any
 
 from tidegate.admission import telemetry
@@ -46,12 +45,6 @@ from tidegate.sim.replica import ReplicaConfig
 from tidegate.sim.simulate.baselines import Policy
 from tidegate.sim.simulate.cluster import Pod
 from tidegate.sim.simulate.hpa import DEFAULT_BEHAVIOR, MetricType
-
-
-def streamed_cost(prompt_tokens: int, max_tokens: int) -> RequestCost:
-    """The cost of a simulated request: exact prompt, streamed (its clients read a first token)."""
-    return dataclasses.replace(RequestCost.fixed(prompt_tokens, max_tokens), stream=True)
-
 
 STALE_AFTER_S = 30.0
 """The scaler's default ``stale_after_s`` (``tidegate.scaler.sidecar``)."""
@@ -86,7 +79,9 @@ class Tidegate(Policy):
             sim.refuse(req, pod)
             return
         engine: Engine = pod.front
-        ticket = engine.submit(req.tenant, req.priority, streamed_cost(req.prompt_tokens, req.max_tokens))
+        ticket = engine.submit(
+            req.tenant, req.priority, RequestCost.fixed(req.prompt_tokens, req.max_tokens, stream=True)
+        )
         req.ticket, req.pod = ticket, pod
         if ticket.state is TicketState.ADMITTED:
             sim.start(req, pod)
