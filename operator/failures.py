@@ -125,16 +125,16 @@ def _gpus(pod: Any) -> int:
 def unschedulable(
     pods: Iterable[Any], now_s: float, threshold_s: float, karpenter_says: Mapping[str, str] | None = None
 ) -> list[Problem]:
-    """Pods Pending unscheduled for ``threshold_s`` or longer, grouped by the scheduler's message.
+    """Pods Pending unscheduled for ``threshold_s`` or longer, grouped by the scheduler's message
+    and the GPUs each asks for (a rollout to another ``gpus`` has pods of both counts Pending).
 
     ``karpenter_says``: Karpenter's own message per pod uid (:func:`tidegate.operator.karpenter.cannot_place`);
     a pod it names is reported with Karpenter's words, which say why no node is launched, where the
     scheduler only says that no node matches the NodePool's selector.
     """
     karpenter_says = karpenter_says or {}
-    by_message: dict[str, list[str]] = {}
+    by_message: dict[tuple[str, int], list[str]] = {}  # (scheduler message, nvidia.com/gpu per pod) -> pods
     by_karpenter: dict[str, list[str]] = {}
-    gpus: dict[str, int] = {}  # scheduler message -> nvidia.com/gpu one of its pods asks for
     for pod in pods:
         since, message = _unschedulable_since(pod)
         if since is None or now_s - since < threshold_s:
@@ -142,8 +142,7 @@ def unschedulable(
         if says := karpenter_says.get(pod.metadata.uid or ""):
             by_karpenter.setdefault(says, []).append(pod.metadata.name)
         else:
-            by_message.setdefault(message, []).append(pod.metadata.name)
-            gpus.setdefault(message, _gpus(pod))
+            by_message.setdefault((message, _gpus(pod)), []).append(pod.metadata.name)
     found = [
         Problem(
             Reason.KARPENTER_CANNOT_PLACE,
@@ -151,10 +150,9 @@ def unschedulable(
         )
         for says, pod_names in by_karpenter.items()
     ]
-    for message, pod_names in by_message.items():
+    for (message, n), pod_names in by_message.items():
         hint = ""
         if "nvidia.com/gpu" in message:
-            n = gpus.get(message, 0)
             hint = (
                 f" (each pod asks for {n} nvidia.com/gpu: is the NVIDIA device plugin running, is the NodePool at "
                 f"its limit, and does any node offer {n} GPUs?)"

@@ -103,6 +103,17 @@ def test_a_pod_asking_for_more_gpus_than_one_node_has_is_told_to_check_the_node_
         "(each pod asks for 16 nvidia.com/gpu: is the NVIDIA device plugin running, is the NodePool at its "
         "limit, and does any node offer 16 GPUs?)"
     )
+    # Patched to 9 GPUs mid-rollout: the new pod is Pending with the same scheduler message, and is
+    # not counted among those asking for 16 (found breaking it on the real cluster).
+    nine = V1Container(name="model", resources=V1ResourceRequirements(limits={"nvidia.com/gpu": "9"}))
+    new = V1Pod(
+        metadata=V1ObjectMeta(name="p-1"),
+        spec=V1PodSpec(containers=[nine]),
+        status=V1PodStatus(phase="Pending", conditions=[cond]),
+    )
+    sixteen, nine_gpus = failures.unschedulable([pod, new], NOW.timestamp(), threshold_s=10)
+    assert sixteen.message.startswith("pod p-0 Pending") and "each pod asks for 16" in sixteen.message
+    assert nine_gpus.message.startswith("pod p-1 Pending") and "each pod asks for 9" in nine_gpus.message
 
 
 def test_image_pull_errors_and_crash_loops_name_the_container_and_the_reason() -> None:
