@@ -127,15 +127,24 @@ class ScalingSpec(ApiModel):
 
 
 class WarmPoolSpec(ApiModel):
-    """Pre-loaded replicas that hold the model in GPU memory but receive no traffic.
+    """Pre-loaded replicas kept beside the active ones, the scaler's headroom.
 
     Promotion (relabel to ``active``) takes seconds; a cold replica takes a node (90 s-4 min)
-    plus a model load (45-120 s).
+    plus a model load (45-120 s). With ``serve`` the warm replicas also take requests: the
+    scaling law sizes the active replicas from the load of every serving replica, and the warm
+    ones ride on top, so the GPUs they hold serve a burst from its first second.
     """
 
     size: int = Field(
         default=1,
         ge=0,
         le=1000,
-        description="Warm (loaded, not serving) replicas kept beside the active ones. 0 disables the warm pool.",
+        description="Warm (loaded) replicas kept beside the active ones. 0 disables the warm pool.",
+    )
+    serve: bool = Field(
+        default=False,
+        description="Warm replicas take requests too (they are in the Service, labelled "
+        "tidegate.dev/serving=true); the scaler sizes the active replicas from the load of every "
+        "serving replica and keeps the warm ones on top as headroom. false: warm replicas stay "
+        "loaded and out of the Service until promoted.",
     )
