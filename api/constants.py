@@ -21,3 +21,6 @@ ROLE_ACTIVE = "active"
 ROLE_WARM = "warm"
 ROLE_DRAINING = "draining"
 ROLES = (ROLE_ACTIVE, ROLE_WARM, ROLE_DRAINING)
+LABEL_SERVING = f"{GROUP}/serving"
+"""``"true"`` on every pod the pool's Service sends requests to: the active ones, and the warm ones
+when ``spec.warmPool.serve`` (set by the operator; the sidecar serves only then)."""
