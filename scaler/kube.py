@@ -7,7 +7,8 @@ KEDA no longer asks about), so threads and caches follow the pools in use. The w
 which also repairs a missed event or an expired resourceVersion (410 Gone).
 
 A pod counts when it is not terminating and not finished. Its role comes from the
-``tidegate.dev/role`` label, readiness from its ``Ready`` condition, the address from ``status.podIP``.
+``tidegate.dev/role`` label, whether the Service sends it requests from ``tidegate.dev/serving``
+(``"true"``; a warm pod of a pool with ``spec.warmPool.serve``), readiness from its ``Ready`` condition, the address from ``status.podIP``.
 
 Errors: :class:`~tidegate.scaler.errors.PodSourceError` when the pool's pods were never listed,
 or when the cache is older than ``max_cache_age_s`` and the API still fails (the gRPC edge answers
@@ -22,7 +23,7 @@ from typing import Any
 
 from kubernetes import client, config, watch
 
-from tidegate.api.constants import LABEL_POOL, LABEL_ROLE, ROLE_ACTIVE
+from tidegate.api.constants import LABEL_POOL, LABEL_ROLE, LABEL_SERVING, ROLE_ACTIVE
 from tidegate.scaler.errors import PodSourceError
 from tidegate.scaler.pods import PodInfo
 
@@ -36,8 +37,14 @@ def pod_info(pod: Any) -> PodInfo | None:
         return None
     conditions = (status.conditions if status else None) or []
     ready = any(c.type == "Ready" and c.status == "True" for c in conditions)
-    role = (meta.labels or {}).get(LABEL_ROLE, ROLE_ACTIVE)
-    return PodInfo(name=meta.name, role=role, ready=ready, ip=(status.pod_ip if status else None) or "")
+    labels = meta.labels or {}
+    return PodInfo(
+        name=meta.name,
+        role=labels.get(LABEL_ROLE, ROLE_ACTIVE),
+        ready=ready,
+        ip=(status.pod_ip if status else None) or "",
+        serving=labels.get(LABEL_SERVING) == "true",
+    )
 
 
 class _PoolWatch:

@@ -5,8 +5,11 @@ code runs in the scaler, in tests and in the simulator. Import contract: no kopf
 grpc or kubernetes (pyproject ``[[tool.importlinter.contracts]]``).
 
 Inputs are one :class:`Observation` (per-second rates over a window, summed over the pool's
-active pods, plus gauges) and the :class:`Policy` (from ``spec.scaling``). Writing
-``A`` admitted/s, ``C`` capacity-rejected/s, ``n`` active pods with rates,
+pods in the Service, plus gauges) and the :class:`Policy` (from ``spec.scaling``). The pods in the
+Service are the active ones and, with ``spec.warmPool.serve``, the Ready warm ones: their load is
+counted in full but only the active ones in ``N``, so the law sizes the active replicas for all of
+it and the warm replicas stay on top, serving (:mod:`tidegate.scaler.rates`). Writing
+``A`` admitted/s, ``C`` capacity-rejected/s, ``n`` pods in the Service with rates,
 ``t`` = ``targetUtilization``, ``r*`` = ``targetCapacityRejectRate``, ``h`` = :data:`HYSTERESIS`,
 ``L`` in-flight tokens, ``B`` mean token budget per replica, ``N`` current active replicas
 (ready or still starting), ``c`` the highest per-replica admitted rate ``A / n`` the law has seen
@@ -119,19 +122,21 @@ class Observation:
     Counts of pods: ``active`` (role active, ready or not; the HPA's current replicas),
     ``starting`` (active, not ready yet), ``loading`` (not active yet, not ready, beyond the warm
     pool: replicas on their way to serve, :func:`tidegate.scaler.rates.loading`), ``warm`` (ready,
-    promotable), ``reporting`` (active
-    pods with fresh stats and a rate baseline), ``stale`` (names of ready active pods whose stats
-    are missing or too old). Rates are per second, summed over ``reporting`` pods; ``window_s``
-    is the mean window they cover (0: no pod has a baseline yet). Gauges are summed over active
-    pods with fresh stats; ``token_budget`` over the ``fresh`` ones among them whose budget is known
-    (a replica still reading its capacity from the model server reports none: the per-replica
-    budget is the mean of the known ones, never lowered by a 0).
+    promotable), ``warm_serving`` (those of the ``warm`` in the Service, ``spec.warmPool.serve``),
+    ``reporting`` (pods in the Service -- active, or ready warm serving -- with fresh stats and a rate
+    baseline), ``stale`` (names of ready pods in the Service whose stats are missing or too old).
+    Rates are per second, summed over ``reporting`` pods; ``window_s`` is the mean window they cover
+    (0: no pod has a baseline yet). Gauges are summed over the pods in the Service with fresh stats;
+    ``token_budget`` over the ``fresh`` ones among them whose budget is known (a replica still reading
+    its capacity from the model server reports none: the per-replica budget is the mean of the known
+    ones, never lowered by a 0).
     """
 
     active: int
     starting: int = 0
     loading: int = 0
     warm: int = 0
+    warm_serving: int = 0
     reporting: int = 0
     stale: tuple[str, ...] = ()
     window_s: float = 0.0
@@ -161,7 +166,8 @@ class Observation:
 
     @property
     def utilization(self) -> float | None:
-        """In-flight tokens / (active replicas x budget per replica), or None without fresh budgets."""
+        """In-flight tokens of every pod in the Service / (active replicas x budget per replica), 0..
+        (above 1 when serving warm replicas carry load), or None without fresh budgets."""
         if self.fresh == 0 or self.token_budget == 0 or self.active == 0:
             return None
         return self.in_flight_tokens / (self.active * self.token_budget / self.fresh)
@@ -433,7 +439,7 @@ def _is_active(obs: Observation, desired: int, rates: bool) -> bool:
 
 def _stale_text(obs: Observation) -> str:
     names = ", ".join(obs.stale[:3]) + (", ..." if len(obs.stale) > 3 else "")
-    return f"holding: no fresh stats from {len(obs.stale)} of {obs.active} pods ({names})"
+    return f"holding: no fresh stats from {len(obs.stale)} of {obs.active + obs.warm_serving} pods ({names})"
 
 
 def _up_text(policy: Policy, obs: Observation, reason: Reason, raw: int, limit: int) -> str:

@@ -1,7 +1,7 @@
 """Which pods a pool has: the :class:`PodSource` interface, and a static one for tests and the demo.
 
 A pod source answers "which pods does pool P in namespace N have right now, what role does
-each play, is it ready, and where is its stats endpoint". The Kubernetes-backed source lives in
+each play, is it in the Service, is it ready, and where is its stats endpoint". The Kubernetes-backed source lives in
 :mod:`tidegate.scaler.kube` (it needs the Kubernetes client); this module stays pure.
 
 Errors: a source that cannot answer at all raises :class:`PodSourceError` (the scaler answers
@@ -23,7 +23,9 @@ class PodInfo:
     ``url``: base URL of the sidecar (``http://127.0.0.1:9001``) when known outright (static
     sources); otherwise ``ip`` (pod IP, "" while it has none) and the trigger's ``sidecarPort``
     make it (:meth:`base_url`). ``role``: the ``tidegate.dev/role`` label (``active``, ``warm``,
-    ``draining``). ``ready``: the pod's Ready condition.
+    ``draining``). ``ready``: the pod's Ready condition. ``serving``: the ``tidegate.dev/serving``
+    label is ``"true"`` (the operator sets it on warm pods when ``spec.warmPool.serve``; an active pod
+    is in the Service whatever its label says, :attr:`in_service`).
     """
 
     name: str
@@ -31,6 +33,7 @@ class PodInfo:
     role: str = ROLE_ACTIVE
     ready: bool = True
     ip: str = ""
+    serving: bool = False
 
     def base_url(self, port: int) -> str:
         """Where this pod's sidecar answers, or "" when it has no address yet."""
@@ -48,6 +51,12 @@ class PodInfo:
     @property
     def warm(self) -> bool:
         return self.role == ROLE_WARM
+
+    @property
+    def in_service(self) -> bool:
+        """The Service sends it requests (once Ready): an active pod, or a warm one labelled serving.
+        A draining pod never is, whatever its label: it left the Service to finish what it holds."""
+        return self.active or (self.warm and self.serving)
 
 
 class PodSource(Protocol):

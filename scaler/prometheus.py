@@ -3,7 +3,9 @@
 For pools whose ``spec.scaling.signal.source`` is ``prometheus`` (metadata ``source`` and
 ``prometheusUrl``). The pool's pods still come from the pod source (current, starting and warm
 replicas are Kubernetes facts); rates and gauges come from Prometheus, per pod, with ``W`` =
-``windowSeconds`` and ``S`` = ``{namespace="<ns>", pod=~"<the pool's active pods>"}``::
+``windowSeconds`` and ``S`` = ``{namespace="<ns>", pod=~"<the pool's pods in the Service>"}``: the
+active pods and the Ready warm ones labelled serving (``spec.warmPool.serve``), whose load counts
+as in :func:`tidegate.scaler.rates.observe` (the active replicas are sized for it)::
 
     sum by (pod) (rate(tidegate_admission_decisions_total{S, decision=~"admit|admit_demoted"}[W]))
     sum by (pod) (rate(tidegate_admission_decisions_total{S, decision="reject", reason=~"<capacity>"}[W]))
@@ -119,29 +121,33 @@ class PrometheusSignals:
         self._url_of[target.key] = url
         pods = await self.pods.pods(target.namespace, target.pool)
         active = [p for p in pods if p.active]
+        serving_warm = [p for p in pods if p.warm and p.in_service and p.ready]
         warm = sum(1 for p in pods if p.warm and p.ready)
         loading = rates.loading(pods, target.warm_pool_size)
-        if not active:
+        if not active and not serving_warm:
             return Observation(active=0, warm=warm, loading=loading)
         qs = queries(
-            target.namespace, [p.name for p in active], target.scaling.signal.window_seconds,
+            target.namespace, [p.name for p in active + serving_warm], target.scaling.signal.window_seconds,
             self.namespace_label, self.pod_label,
         )  # fmt: skip
         results = await asyncio.gather(*(asyncio.to_thread(self._query, url, q) for q in qs.values()))
         r = dict(zip(qs, results, strict=True))
-        observation = self._observation(active, warm, r, float(target.scaling.signal.window_seconds))
+        observation = self._observation(active, serving_warm, warm, r, float(target.scaling.signal.window_seconds))
         return dataclasses.replace(observation, loading=loading)
 
     def _observation(
-        self, active: list, warm: int, r: Mapping[str, list[dict[str, Any]]], window_s: float
+        self, active: list, serving_warm: list, warm: int, r: Mapping[str, list[dict[str, Any]]], window_s: float
     ) -> Observation:
+        """``active``: the active pods; ``serving_warm``: the Ready warm ones in the Service (their load
+        counts, they are not active replicas); ``warm``: Ready warm pods, serving or not."""
         now = self._wall()
         seen = self._by_pod(r["seen"])
         admitted, capacity, policy = self._by_pod(r["admitted"]), self._by_pod(r["capacity"]), self._by_pod(r["policy"])
         in_flight, budget, queue = self._by_pod(r["in_flight"]), self._by_pod(r["budget"]), self._by_pod(r["queue"])
-        fresh = [p for p in active if now - seen.get(p.name, float("-inf")) <= self.stale_after_s]
+        in_service = active + serving_warm
+        fresh = [p for p in in_service if now - seen.get(p.name, float("-inf")) <= self.stale_after_s]
         fresh_names = {p.name for p in fresh}
-        stale = tuple(sorted(p.name for p in active if p.name not in fresh_names and p.ready))
+        stale = tuple(sorted(p.name for p in in_service if p.name not in fresh_names and p.ready))
         starting = sum(1 for p in active if not p.ready)
         budgets = {n: budget[n] for n in fresh_names if math.isfinite(budget.get(n, math.nan))}  # NaN: pending
         # a fresh pod without decision series has decided nothing yet (labelled counters appear on first use)
@@ -151,6 +157,7 @@ class PrometheusSignals:
             active=len(active),
             starting=starting,
             warm=warm,
+            warm_serving=len(serving_warm),
             reporting=len(reporting),
             stale=stale,
             window_s=window_s if reporting else 0.0,

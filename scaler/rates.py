@@ -1,5 +1,11 @@
 """From sidecar snapshots to one :class:`~tidegate.scaler.law.Observation`: counter deltas and rates.
 
+The pods whose stats count are those in the Service (:attr:`~tidegate.scaler.pods.PodInfo.in_service`):
+the active ones, and the warm ones labelled ``tidegate.dev/serving`` (``spec.warmPool.serve``) once
+Ready. A serving warm pod's load counts like an active pod's (and so does its silence: missing
+stats hold the pool), but it is not an active replica: the law sizes the active replicas for the load
+of every serving pod, and the warm ones stay on top as headroom.
+
 Pure (no I/O, no clock of its own). The sidecars' ``*_total`` fields are monotonic counters
 since the sidecar process started (``admission.stats``); this module turns two snapshots of
 one pod (kept as compact :class:`Sample` s) into a :class:`PodDelta`, robust to:
@@ -202,12 +208,15 @@ def observe(
     ``pods``: the pool's pods (from a pod source); ``current``: the :class:`Sample` of the stats each
     pod answered with (keyed by pod name; absent = no answer); ``baselines``: each pod's earlier
     sample (or None). ``now_s``: wall-clock Unix seconds (samples carry the sidecar's wall clock); one older
-    than ``stale_after_s`` counts as missing. Only ``active`` pods contribute; warm pods count as
-    promotable when ready. A ready active pod without fresh stats is *stale* (the law will not
-    scale down); a not-ready one is *starting*; :func:`loading` counts the rest on their way.
+    than ``stale_after_s`` counts as missing. The pods in the Service contribute their stats: the
+    ``active`` ones, and the Ready ``warm`` ones labelled serving (``warm_serving``); every Ready warm
+    pod counts as promotable (``warm``); stats of other pods are ignored. A Ready pod in the Service
+    without fresh stats is *stale* (the law will not scale down: part of the load is unseen); a
+    not-ready active one is *starting*; a not-ready warm one takes no requests yet and
+    :func:`loading` counts it if it is on its way to serve.
     """
     pods = list(pods)
-    active = starting = warm = reporting = fresh = 0
+    active = starting = warm = warm_serving = reporting = fresh = 0
     stale: list[str] = []
     windows: list[float] = []
     admitted = cap = pol = 0.0
@@ -216,9 +225,12 @@ def observe(
     for pod in pods:
         if pod.warm and pod.ready:
             warm += 1
-        if not pod.active:
+            if pod.serving:
+                warm_serving += 1
+        if pod.active:
+            active += 1
+        elif not (pod.in_service and pod.ready):
             continue
-        active += 1
         snap = current.get(pod.name)
         # A clock that is not finite, or off by more than the staleness bound either way, is no
         # evidence of anything: such a pod counts as missing (never as idle).
@@ -252,6 +264,7 @@ def observe(
         starting=starting,
         loading=loading(pods, warm_pool_size),
         warm=warm,
+        warm_serving=warm_serving,
         reporting=reporting,
         stale=tuple(sorted(stale)),
         window_s=sum(windows) / len(windows) if windows else 0.0,

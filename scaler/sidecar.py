@@ -1,7 +1,8 @@
-"""Signal source ``sidecar`` (the default): read every active pod's stats endpoint, concurrently.
+"""Signal source ``sidecar`` (the default): read the stats endpoint of every pod in the Service, concurrently.
 
-For one pool: list its pods (a :class:`~tidegate.scaler.pods.PodSource`), ``GET`` each active
-pod's ``/tidegate/stats`` (``admission.stats.fetch``) at once with a per-request timeout, and turn
+For one pool: list its pods (a :class:`~tidegate.scaler.pods.PodSource`), ``GET`` the
+``/tidegate/stats`` of each active pod and each Ready warm pod labelled serving
+(``spec.warmPool.serve``; :attr:`~tidegate.scaler.pods.PodInfo.in_service`) (``admission.stats.fetch``) at once with a per-request timeout, and turn
 the answers plus each pod's baseline from :class:`~tidegate.scaler.rates.SampleHistory` into an
 :class:`~tidegate.scaler.law.Observation`. A pod that does not answer is *missing data* (the law
 holds), never zero demand. A pod source that cannot list at all raises
@@ -102,9 +103,10 @@ class SidecarSignals:
         if memory is None or memory.history.keep_s != 2 * window:
             history = rates.SampleHistory(keep_s=2 * window, min_spacing_s=window / 8)
             memory = self._pools[target.key] = _PoolMemory(history)
-        active = [p for p in pods if p.active]
-        answers = await self._fetch_all(active, target.sidecar_port)
-        current = {p.name: s for p, s in zip(active, answers, strict=True) if s is not None}
+        # every pod whose load counts (rates.observe): active ones, ready or not, and serving warm ones
+        polled = [p for p in pods if p.active or (p.in_service and p.ready)]
+        answers = await self._fetch_all(polled, target.sidecar_port)
+        current = {p.name: s for p, s in zip(polled, answers, strict=True) if s is not None}
         baselines = {name: memory.history.baseline(name, snap, window) for name, snap in current.items()}
         observation = rates.observe(
             pods,

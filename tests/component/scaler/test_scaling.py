@@ -1,6 +1,7 @@
 """What the scaler asks KEDA for, given what real stats servers report over loopback."""
 
-from tests.component.scaler.conftest import POOL, Rig
+from tests.component.scaler.conftest import NAMESPACE, POOL, Rig
+from tidegate.scaler.pods import PodInfo
 
 
 def _overload(rig: Rig, tenants: int = 5, admitted: int = 300, refused: int = 150) -> None:
@@ -88,3 +89,36 @@ async def test_a_restarted_sidecar_is_not_read_as_negative_demand(rig: Rig) -> N
     snap = p.fake.snapshot
     p.fake.snapshot = snap.model_copy(update={"instance_id": "restarted", "started_at_s": snap.time_s - 10})
     assert await rig.desired() == 4.0
+
+
+def _serve_warm(rig: Rig, serving: bool) -> None:
+    """Pods 0-2 active, pod 3 a Ready warm replica, in the Service when ``serving`` (spec.warmPool.serve)."""
+    rig.source.set(
+        NAMESPACE,
+        POOL,
+        [PodInfo(p.name, p.fake.url) for p in rig.pods[:3]]
+        + [PodInfo(rig.pods[3].name, rig.pods[3].fake.url, role="warm", serving=serving)],
+    )
+
+
+async def test_a_serving_warm_replicas_load_sizes_the_active_ones_beneath_it(rig: Rig) -> None:
+    # every pod at 75 % of its budget: 3 active replicas carry their own load, but with the warm one
+    # serving too they must carry all four's (ceil(4 x 0.75 / 0.75) = 4), the warm one on top
+    for serving, want in ((False, 3.0), (True, 4.0)):
+        _serve_warm(rig, serving)
+        await rig.desired(maxReplicas="20")
+        _steady(rig)
+        assert await rig.desired(maxReplicas="20") == want
+
+
+async def test_a_silent_serving_warm_replica_holds_the_count(rig: Rig) -> None:
+    _serve_warm(rig, True)
+    await rig.desired(scaleDownCooldownSeconds="0")
+    rig.pods[3].fake.status = 503  # the serving warm replica stops answering: its load is unseen
+    for p in rig.pods:
+        p.in_flight_tokens = 500  # the active ones are nearly idle: they alone would fit 1 replica
+    rig.tick()
+    assert await rig.desired(scaleDownCooldownSeconds="0") == 3.0
+    _serve_warm(rig, False)  # out of the Service, its silence is no missing load
+    rig.tick()
+    assert await rig.desired(scaleDownCooldownSeconds="0") < 3.0

@@ -37,3 +37,18 @@ def test_pods_without_a_role_label_are_active_and_ipv6_is_bracketed() -> None:
 def test_terminating_and_finished_pods_do_not_count() -> None:
     assert pod_info(pod(deleted=datetime.datetime(2026, 11, 30, tzinfo=datetime.UTC))) is None
     assert pod_info(pod(phase="Failed")) is None
+
+
+def test_the_serving_label_says_which_warm_pods_the_service_sends_requests_to() -> None:
+    def labelled(role: str, serving: str | None):
+        p = pod(role=role)
+        if serving is not None:
+            p.metadata.labels["tidegate.dev/serving"] = serving
+        info = pod_info(p)
+        assert info is not None
+        return info
+
+    assert labelled("warm", "true").serving and labelled("warm", "true").in_service
+    assert not labelled("warm", "false").in_service and not labelled("warm", None).in_service
+    assert labelled("active", None).in_service  # an active pod serves whatever its label says
+    assert not labelled("draining", "true").in_service  # out of the Service to finish what it holds

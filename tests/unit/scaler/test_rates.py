@@ -2,6 +2,7 @@
 
 from tidegate.admission.reasons import Reason
 from tidegate.admission.stats import StatsSnapshot, TenantCounters
+from tidegate.scaler import law
 from tidegate.scaler.pods import PodInfo
 from tidegate.scaler.rates import Sample, SampleHistory, observe, pod_delta
 
@@ -175,3 +176,46 @@ def test_a_replica_still_sizing_itself_holds_an_unknown_budget_not_zero() -> Non
     assert o.utilization == 800 / (2 * 1000)
     everyone_pending = observe(pods, {"b": Sample.of(pending)}, {}, now_s=161, stale_after_s=45, max_window_s=120)
     assert everyone_pending.utilization is None  # unknown, not infinitely full nor empty
+
+
+def test_a_serving_warm_pods_load_sizes_the_active_replicas_beneath_it() -> None:
+    # spec.warmPool.serve: the warm pod "w" is in the Service and carries half the load; "idle" is a
+    # warm pod out of the Service (its stats, if any, say nothing about the pool's load); "loading"
+    # is labelled serving but not Ready yet, so the Service sends it nothing
+    pods = [
+        PodInfo("a"),
+        PodInfo("w", role="warm", serving=True),
+        PodInfo("idle", role="warm"),
+        PodInfo("loading", role="warm", serving=True, ready=False),
+    ]
+    names = [p.name for p in pods]
+    current = {n: snap(160, admitted=70, in_flight_tokens=600, token_budget=1000, queue_depth=1, pod=n) for n in names}
+    baselines = {n: snap(100, admitted=10, pod=n) for n in names}
+    o = observe(pods, current, baselines, now_s=161, stale_after_s=45, max_window_s=120)
+    assert (o.active, o.starting, o.warm, o.warm_serving, o.reporting, o.fresh, o.stale) == (1, 0, 2, 1, 2, 2, ())
+    assert o.admitted_per_s == 2 * 60 / 60
+    assert (o.in_flight_tokens, o.token_budget, o.queue_depth) == (1200, 2000, 2)
+    assert o.utilization == 1200 / (1 * 1000)  # both pods' load over what the one active replica holds
+    # the law sizes the active replicas for all the serving load: 2 at 75 % (1200 / 750 tokens), the
+    # warm one on top
+    decision, _ = law.decide(law.Policy(), o, law.LawState(), now_s=0.0)
+    assert (decision.current, decision.desired) == (1, 2)
+    without = [p if p.name != "w" else PodInfo("w", role="warm") for p in pods]
+    o = observe(without, current, baselines, now_s=161, stale_after_s=45, max_window_s=120)
+    assert (o.active, o.warm, o.warm_serving, o.reporting, o.in_flight_tokens) == (1, 2, 0, 1, 600)
+    assert law.decide(law.Policy(), o, law.LawState(), now_s=0.0)[0].desired == 1
+
+
+def test_a_silent_serving_warm_pod_holds_the_pool_like_an_active_one() -> None:
+    # its load is unseen, so the demand the others show is not the pool's: never a scale-down on it
+    pods = [PodInfo("a"), PodInfo("w", role="warm", serving=True), PodInfo("idle", role="warm")]
+    current = {"a": snap(160, admitted=70, pod="a")}
+    baselines = {"a": snap(100, admitted=10, pod="a"), "w": snap(100, admitted=10, pod="w")}
+    o = observe(pods, current, baselines, now_s=161, stale_after_s=45, max_window_s=120)
+    assert (o.active, o.reporting, o.stale) == (1, 1, ("w",))
+    frozen = {**current, "w": snap(100, admitted=10, pod="w")}  # answers, but the same document again
+    assert observe(pods, frozen, baselines, now_s=130, stale_after_s=45, max_window_s=120).stale == ("w",)
+    # out of the Service (or not Ready yet), a warm pod's silence is no missing load
+    quiet = [PodInfo("a"), PodInfo("w", role="warm"), PodInfo("idle", role="warm", serving=True, ready=False)]
+    o = observe(quiet, current, baselines, now_s=161, stale_after_s=45, max_window_s=120)
+    assert (o.stale, o.starting) == ((), 0)
