@@ -7,6 +7,13 @@ converges from. Pods are relabelled first (a promotion is the latency users wait
 children are applied, the Deployment last, so it is never shrunk before draining pods are
 marked (pod-deletion-cost then spares active ones); nothing is deleted that a later step needs.
 
+The Service selects ``tidegate.dev/serving=true``, a label the operator keeps on every pod beside
+its role (:mod:`tidegate.operator.warm_pool`), never in the Deployment's template, so flipping
+``spec.warmPool.serve`` relabels pods and rolls none. The Service of a pool whose active pods do not
+all carry it yet (pods of an operator before it) keeps selecting ``role=active`` until they are
+read back labelled (:func:`warm_pool.serving_selector_safe`): no request finds an empty Service
+during an operator upgrade.
+
 A child the API server refuses does not stop the reconcile: the others are still applied and the
 status is still written, with the server's message in ``Degraded``, so the pool says why it is not
 serving. So do the failures of its pods (:mod:`tidegate.operator.failures`). Each new reason is
@@ -98,17 +105,23 @@ def pod_view(pod: kubernetes.client.V1Pod, sidecar_port: int) -> warm_pool.PodVi
         deleting=meta.deletion_timestamp is not None,
         draining_since_s=float(since) if since else None,
         in_flight=_in_flight(pod, sidecar_port) if role == constants.ROLE_DRAINING else None,
+        serving=labels.get(constants.LABEL_SERVING),
     )
 
 
-def push_role(ip: str | None, port: int, role: str, token: str | None, timeout_s: float = 0.3) -> bool:
-    """Tell a pod's sidecar its new role at once (``PUT /tidegate/role``); False when it does not
-    answer. The downward-API labels file says the same later, so a miss only costs time."""
+def push_role(
+    ip: str | None, port: int, role: str, token: str | None, timeout_s: float = 0.3, serving: bool | None = None
+) -> bool:
+    """Tell a pod's sidecar its new role, and whether the Service sends it requests (its
+    ``tidegate.dev/serving`` label), at once: ``PUT /tidegate/role`` ``{"role", "serving"}``. False
+    when it does not answer. The downward-API labels file says the same later, so a miss only costs
+    time."""
     if not ip:
         return False
+    body: dict[str, Any] = {"role": role} if serving is None else {"role": role, "serving": serving}
     request = urllib.request.Request(
         f"http://{ip}:{port}/tidegate/role",
-        data=json.dumps({"role": role}).encode(),
+        data=json.dumps(body).encode(),
         method="PUT",
         headers={"Content-Type": "application/json", **({names.DRAIN_TOKEN_HEADER: token} if token else {})},
     )
@@ -180,12 +193,28 @@ def _relabel(
     port: int = 0,
     token: str | None = None,
     removed: frozenset[str] = frozenset(),
+    roles: dict[str, str] | None = None,
+    serve: bool = False,
 ) -> None:
+    """Write the plan's roles and ``tidegate.dev/serving`` labels on the pods (one patch per pod,
+    the role and its serving label together) and push each change to the pod's sidecar.
+
+    ``roles``: each pod's role as observed (for the pods whose serving label alone changes);
+    ``serve``: ``spec.warmPool.serve``.
+    """
+    # A drained pod the warm pool has no room for is deleted next: it does not re-enter the Service.
+    serving = plan.label_serving | {n: False for n in removed if n in plan.label_serving}
+
+    def labels(name: str, role: str) -> dict[str, str | None]:
+        if name not in serving:
+            return {constants.LABEL_ROLE: role}
+        return {constants.LABEL_ROLE: role, constants.LABEL_SERVING: str(serving[name]).lower()}
+
     for name in plan.promote:
         kube.patch_pod(
             namespace,
             name,
-            {constants.LABEL_ROLE: constants.ROLE_ACTIVE},
+            labels(name, constants.ROLE_ACTIVE),
             {
                 names.ANNOTATION_DO_NOT_DISRUPT: "true",
                 names.ANNOTATION_DELETION_COST: str(names.COST_ACTIVE),
@@ -196,7 +225,7 @@ def _relabel(
         kube.patch_pod(
             namespace,
             name,
-            {constants.LABEL_ROLE: constants.ROLE_DRAINING},
+            labels(name, constants.ROLE_DRAINING),
             {
                 names.ANNOTATION_DO_NOT_DISRUPT: "true",  # still finishing requests
                 names.ANNOTATION_DELETION_COST: str(names.COST_DRAINING),
@@ -210,18 +239,34 @@ def _relabel(
         kube.patch_pod(
             namespace,
             name,
-            {constants.LABEL_ROLE: constants.ROLE_WARM},
+            labels(name, constants.ROLE_WARM),
             {
                 names.ANNOTATION_DO_NOT_DISRUPT: "true",  # warm: its loaded model is capacity too
                 names.ANNOTATION_DELETION_COST: str(cost),
                 names.ANNOTATION_DRAINING_SINCE: None,
             },
         )
+    relabelled = {
+        **{n: constants.ROLE_ACTIVE for n in plan.promote},
+        **{n: constants.ROLE_DRAINING for n in plan.drain},
+        **{n: constants.ROLE_WARM for n in plan.return_to_warm},
+    }
+    roles = roles or {}
+    label_only = [n for n in serving if n not in relabelled]
+    for name in label_only:
+        # The serving label alone changes (a new pod, spec.warmPool.serve flipped, an operator
+        # upgrade); protected in the same patch, as every replica is (see _protect).
+        kube.patch_pod(
+            namespace,
+            name,
+            {constants.LABEL_SERVING: str(serving[name]).lower()},
+            {names.ANNOTATION_DO_NOT_DISRUPT: "true"},
+        )
     ips = ips or {}
-    for names_, role in ((plan.promote, constants.ROLE_ACTIVE), (plan.drain, constants.ROLE_DRAINING),
-                         (plan.return_to_warm, constants.ROLE_WARM)):  # fmt: skip
-        for name in names_:
-            push_role(ips.get(name), port, role, token)
+    for name in [*relabelled, *label_only]:
+        role = relabelled.get(name) or roles.get(name, constants.ROLE_WARM)
+        in_service = serving.get(name, warm_pool.serves(role, serve)) and name not in removed
+        push_role(ips.get(name), port, role, token, serving=in_service)
 
 
 def _protect(kube: Kube, namespace: str, pods: list[kubernetes.client.V1Pod], plan: warm_pool.Plan) -> None:
@@ -233,7 +278,7 @@ def _protect(kube: Kube, namespace: str, pods: list[kubernetes.client.V1Pod], pl
     in the Deployment's template, so adopting it rolls no replica (Karpenter v1 "Disruption",
     pod-level controls: https://karpenter.sh/docs/concepts/disruption/).
     """
-    relabelled = {*plan.promote, *plan.drain, *plan.return_to_warm}
+    relabelled = {*plan.promote, *plan.drain, *plan.return_to_warm, *plan.label_serving}
     for pod in pods:
         meta = pod.metadata
         if meta.deletion_timestamp or meta.name in relabelled:
@@ -468,10 +513,13 @@ def reconcile(
     # minReplicas: 2, before any autoscaler wrote) serves minReplicas, and says so.
     desired_active, below_min = _desired_active(pool)
     views = [pod_view(p, settings.sidecar_port) for p in pods]
-    plan = warm_pool.plan(views, desired_active, pool.spec.warm_pool.size, now_s, drain_timeout)
+    serve = pool.spec.warm_pool.serve
+    plan = warm_pool.plan(views, desired_active, pool.spec.warm_pool.size, now_s, drain_timeout, serve)
     after = after_drain(views, plan, pool.spec.warm_pool.size)
     ips = {p.metadata.name: p.status.pod_ip for p in pods}
-    _relabel(kube, ns, plan, now_s, ips, settings.sidecar_port, names.drain_token(pool), frozenset(after.removed))
+    roles = {v.name: v.role for v in views}
+    token = names.drain_token(pool)
+    _relabel(kube, ns, plan, now_s, ips, settings.sidecar_port, token, frozenset(after.removed), roles, serve)
     _protect(kube, ns, pods, plan)
     events = []
     active_before = plan.active - len(plan.promote) + len(plan.drain)
@@ -484,7 +532,7 @@ def reconcile(
     no_service = ""
     for manifest in (
         builders.admission_config_map(pool),
-        builders.service(pool, settings),
+        builders.service(pool, settings, by_serving=warm_pool.serving_selector_safe(views)),
         builders.pod_disruption_budget(pool),
     ):
         before = len(problems)

@@ -1,8 +1,9 @@
 """The warm pool planner: which pods to promote, drain or return, and how many the Deployment needs.
 
 Pure and level-triggered: given the pool's pods as observed now, return the actions that move
-them toward ``desired_active`` serving pods plus ``warm_size`` ready, loaded, not-serving
-pods. Applying a plan and planning again yields an empty plan once converged.
+them toward ``desired_active`` active pods plus ``warm_size`` ready, loaded warm pods (serving
+too when ``spec.warmPool.serve``). Applying a plan and planning again yields an empty plan once
+converged.
 
 Rules:
 - Promote (``warm -> active``) ready warm pods, oldest first (loaded longest), when fewer than
@@ -16,6 +17,10 @@ Rules:
   never the ones the ReplicaSet must delete to reach its count (pod-deletion-cost orders the
   rest: draining < warm < active).
 - A pod that is not Ready is never counted as warm; pods being deleted are ignored.
+- Every pod carries ``tidegate.dev/serving`` (the Service's selector): ``"true"`` when active, or
+  warm under ``serve``; ``"false"`` when draining, or warm without it. A pod whose label (or lack
+  of one) differs from its role after the plan is listed in ``Plan.label_serving``, relabelled pods
+  included, so the label changes in the same reconcile and the same patch as the role.
 """
 
 from collections.abc import Iterable
@@ -35,6 +40,7 @@ class PodView:
     deleting: bool = False
     draining_since_s: float | None = None
     in_flight: int | None = None  # requests in flight per the sidecar; None: unknown
+    serving: str | None = None  # its tidegate.dev/serving label as observed; None: not labelled
 
 
 @dataclass(frozen=True)
@@ -44,6 +50,7 @@ class Plan:
     promote: list[str] = field(default_factory=list)  # warm or draining -> active
     drain: list[str] = field(default_factory=list)  # active -> draining
     return_to_warm: list[str] = field(default_factory=list)  # draining -> warm
+    label_serving: dict[str, bool] = field(default_factory=dict)  # pod -> its new tidegate.dev/serving
     deployment_replicas: int = 0
     active: int = 0  # pods that will be active after the plan
     ready_active: int = 0
@@ -52,18 +59,45 @@ class Plan:
 
     @property
     def empty(self) -> bool:
-        return not (self.promote or self.drain or self.return_to_warm)
+        return not (self.promote or self.drain or self.return_to_warm or self.label_serving)
 
 
-def plan(pods: Iterable[PodView], desired_active: int, warm_size: int, now_s: float, drain_timeout_s: float) -> Plan:
+def serves(role: str, serve: bool) -> bool:
+    """Whether a pod in ``role`` belongs in the Service: active always, warm (or unlabelled) only
+    under ``spec.warmPool.serve``, draining never."""
+    if role == constants.ROLE_ACTIVE:
+        return True
+    return serve and role != constants.ROLE_DRAINING
+
+
+def serving_selector_safe(pods: Iterable[PodView]) -> bool:
+    """Whether the Service may select ``tidegate.dev/serving=true`` rather than ``role=active``.
+
+    True once every live active pod is observed carrying ``serving="true"`` (always, for a pool
+    with no active pod), so the switch never drops a pod the ``role=active`` selector holds: after
+    an operator upgrade, the pods are labelled in one reconcile and the selector switches in a later
+    one, when the labels are read back from the API server. Pure.
+    """
+    return all(p.serving == "true" for p in pods if not p.deleting and p.role == constants.ROLE_ACTIVE)
+
+
+def plan(
+    pods: Iterable[PodView],
+    desired_active: int,
+    warm_size: int,
+    now_s: float,
+    drain_timeout_s: float,
+    serve: bool = False,
+) -> Plan:
     """Plan one reconcile step (see the module docstring for the rules).
 
-    ``desired_active`` and ``warm_size`` are ``spec.replicas`` and ``spec.warmPool.size``;
-    ``now_s`` is Unix seconds; raises ``ValueError`` on negative counts.
+    ``desired_active`` and ``warm_size`` are ``spec.replicas`` and ``spec.warmPool.size``; ``serve``
+    is ``spec.warmPool.serve``; ``now_s`` is Unix seconds; raises ``ValueError`` on negative counts.
     """
     if desired_active < 0 or warm_size < 0:
         raise ValueError("desired_active and warm_size must be >= 0")
     live = [p for p in pods if not p.deleting]
+    by_name = {p.name: p for p in live}
     active = [p for p in live if p.role == constants.ROLE_ACTIVE]
     draining = [p for p in live if p.role == constants.ROLE_DRAINING]
     warm = [p for p in live if p.role not in (constants.ROLE_ACTIVE, constants.ROLE_DRAINING)]
@@ -99,11 +133,21 @@ def plan(pods: Iterable[PodView], desired_active: int, warm_size: int, now_s: fl
         else:
             still_draining.append(p)
 
+    new_role = {p.name: constants.ROLE_ACTIVE for p in active}
+    new_role |= {p.name: constants.ROLE_DRAINING for p in still_draining}
+    new_role |= {n: constants.ROLE_WARM for n in return_to_warm}
+    label_serving = {}
+    for name, view in by_name.items():
+        want = serves(new_role.get(name, view.role), serve)
+        if view.serving != ("true" if want else "false"):
+            label_serving[name] = want
+
     warm_ready = sum(1 for p in warm if p.ready) + sum(1 for p in draining if p.name in return_to_warm and p.ready)
     return Plan(
         promote=promote,
         drain=drain,
         return_to_warm=return_to_warm,
+        label_serving=label_serving,
         deployment_replicas=desired_active + warm_size + len(still_draining),
         active=len(active),
         ready_active=sum(1 for p in active if p.ready),

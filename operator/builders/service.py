@@ -1,4 +1,4 @@
-"""Service ``<pool>`` (active pods only, through the sidecar) and the PodDisruptionBudget."""
+"""Service ``<pool>`` (the serving pods, through the sidecar) and the PodDisruptionBudget."""
 
 from typing import Any
 
@@ -8,12 +8,17 @@ from tidegate.operator import names
 from tidegate.operator.settings import OperatorSettings
 
 
-def service(pool: InferencePool, settings: OperatorSettings) -> dict[str, Any]:
-    """ClusterIP Service on port 80 selecting ``role=active`` pods, targeting the sidecar port.
+def service(pool: InferencePool, settings: OperatorSettings, by_serving: bool = True) -> dict[str, Any]:
+    """ClusterIP Service on port 80 selecting ``tidegate.dev/serving=true`` pods, targeting the
+    sidecar port.
 
-    Warm and draining pods are outside the selector, so promotion or demotion is one label
-    write and the endpoints follow within seconds.
+    The operator labels the active pods ``serving=true``, the warm ones too under
+    ``spec.warmPool.serve``, draining ones ``false``: promotion, demotion or a flip of ``serve`` is
+    one label write and the endpoints follow within seconds. ``by_serving=False`` selects
+    ``role=active`` instead, as operators before the serving label did: the reconcile keeps it until
+    every active pod carries the label (:func:`tidegate.operator.warm_pool.serving_selector_safe`).
     """
+    chosen = {constants.LABEL_SERVING: "true"} if by_serving else {constants.LABEL_ROLE: constants.ROLE_ACTIVE}
     return {
         "apiVersion": "v1",
         "kind": "Service",
@@ -24,7 +29,7 @@ def service(pool: InferencePool, settings: OperatorSettings) -> dict[str, Any]:
         },
         "spec": {
             "type": "ClusterIP",
-            "selector": {**names.selector_labels(pool), constants.LABEL_ROLE: constants.ROLE_ACTIVE},
+            "selector": {**names.selector_labels(pool), **chosen},
             # A number, not the port's name: the EndpointSlice controller resolves named ports
             # only in regular containers, and the sidecar is a native (init) sidecar.
             "ports": [

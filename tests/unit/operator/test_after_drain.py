@@ -68,7 +68,12 @@ class _Kube:
 
 
 def test_removed_replicas_keep_the_lowest_deletion_cost_so_the_replicaset_deletes_those() -> None:
-    views = [pod("a", constants.ROLE_ACTIVE), pod("w", constants.ROLE_WARM), _drained("d1", 1), _drained("d2", 2)]
+    views = [
+        pod("a", constants.ROLE_ACTIVE, serving="true"),
+        pod("w", constants.ROLE_WARM, serving="false"),
+        _drained("d1", 1),
+        _drained("d2", 2),
+    ]
     p = plan(views, desired_active=1, warm_size=2, now_s=10, drain_timeout_s=30)
     after = after_drain(views, p, warm_size=2)
     kube = _Kube()

@@ -47,10 +47,20 @@ def test_new_pods_start_warm_and_the_selector_ignores_the_role() -> None:
     assert "tidegate.dev/role" not in dep["spec"]["selector"]["matchLabels"]
 
 
-def test_service_selects_only_active_pods_through_the_sidecar_port() -> None:
+def test_service_selects_serving_pods_through_the_sidecar_port() -> None:
     svc = builders.service(pool(), SETTINGS)
-    assert svc["spec"]["selector"] == {"tidegate.dev/pool": "p", "tidegate.dev/role": "active"}
+    assert svc["spec"]["selector"] == {"tidegate.dev/pool": "p", "tidegate.dev/serving": "true"}
     assert svc["spec"]["ports"][0]["targetPort"] == SETTINGS.sidecar_port
+    # until every active pod carries the serving label (an operator upgrade), the selector of before
+    old = builders.service(pool(), SETTINGS, by_serving=False)
+    assert old["spec"]["selector"] == {"tidegate.dev/pool": "p", "tidegate.dev/role": "active"}
+
+
+def test_the_serving_label_is_never_in_the_pod_template_so_flipping_serve_rolls_nothing() -> None:
+    off = builders.deployment(pool(warmPool={"size": 1, "serve": False}), SETTINGS, replicas=2)
+    on = builders.deployment(pool(warmPool={"size": 1, "serve": True}), SETTINGS, replicas=2)
+    assert on["spec"]["template"] == off["spec"]["template"]
+    assert "tidegate.dev/serving" not in on["spec"]["template"]["metadata"]["labels"]
 
 
 def test_config_map_holds_admission_and_model_in_camel_case() -> None:

@@ -73,15 +73,16 @@ pods_st = st.lists(
         created_s=st.floats(0, 100),
         draining_since_s=st.one_of(st.none(), st.floats(0, 100)),
         in_flight=st.one_of(st.none(), st.integers(0, 5)),
+        serving=st.sampled_from([None, "true", "false"]),
     ),
     max_size=12,
     unique_by=lambda p: p.name,
 )
 
 
-@given(pods_st, st.integers(0, 10), st.integers(0, 4))
-def test_plans_converge_and_never_exceed_what_was_asked(pods, desired, warm) -> None:
-    p = plan(pods, desired, warm, now_s=200, drain_timeout_s=30)
+@given(pods_st, st.integers(0, 10), st.integers(0, 4), st.booleans())
+def test_plans_converge_and_never_exceed_what_was_asked(pods, desired, warm, serve) -> None:
+    p = plan(pods, desired, warm, now_s=200, drain_timeout_s=30, serve=serve)
     names = [*p.promote, *p.drain, *p.return_to_warm]
     assert len(names) == len(set(names)), "a pod gets one action per plan"
     assert p.active <= max(desired, sum(1 for x in pods if x.role == "active"))
@@ -99,7 +100,12 @@ def test_plans_converge_and_never_exceed_what_was_asked(pods, desired, warm) -> 
             else x.role
         )
         since = 200.0 if x.name in p.drain else (x.draining_since_s if role == "draining" else None)
-        after.append(PodView(x.name, role, x.ready, x.created_s, draining_since_s=since, in_flight=x.in_flight))
-    again = plan(after, desired, warm, now_s=200, drain_timeout_s=30)
+        serving = {True: "true", False: "false"}.get(p.label_serving.get(x.name), x.serving)  # type: ignore[arg-type]
+        after.append(
+            PodView(x.name, role, x.ready, x.created_s, draining_since_s=since, in_flight=x.in_flight, serving=serving)
+        )
+        # the Service selects exactly the active pods, and the warm ones under serve
+        assert (serving == "true") == (role == "active" or (serve and role == "warm"))
+    again = plan(after, desired, warm, now_s=200, drain_timeout_s=30, serve=serve)
     assert not again.drain
     assert not again.promote or p.active < desired  # only new ready pods could be promoted
