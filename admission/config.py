@@ -33,7 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from tidegate.api.admission import AdmissionSpec
 from tidegate.api.base import ApiModel
-from tidegate.api.constants import API_VERSION, GROUP, KIND
+from tidegate.api.constants import API_VERSION, GROUP, KIND, LABEL_SERVING
 from tidegate.api.serving import ModelSpec, ServerSpec
 
 
@@ -220,25 +220,43 @@ class ApiKeys:
 
 
 ROLE_LABEL = "tidegate.dev/role"
+SERVING_LABEL = LABEL_SERVING
 
 
-def read_role(labels_file: str | os.PathLike[str] | None) -> str:
-    """The pod's role from a downward-API labels file (``key="value"`` lines).
+@dataclasses.dataclass(frozen=True)
+class PodLabels:
+    """What the sidecar reads from its pod's labels: its role, and ``serving`` from the
+    ``tidegate.dev/serving`` label (``True``/``False``; ``None`` when absent: an operator before it)."""
 
-    No file configured, or no role label: ``active`` (a pod not managed by the operator serves).
-    An unreadable configured file: ``unknown`` (not ready: better out of the Service than wrong).
+    role: str
+    serving: bool | None = None
+
+
+def read_labels(labels_file: str | os.PathLike[str] | None) -> PodLabels:
+    """The pod's role and serving label from a downward-API labels file (``key="value"`` lines),
+    read once, so the two come from the same version of the file (the kubelet swaps it whole).
+
+    No file configured, or no role label: role ``active`` (a pod not managed by the operator serves).
+    An unreadable configured file: role ``unknown`` (not ready: better out of the Service than wrong).
     """
     if labels_file is None:
-        return "active"
+        return PodLabels("active")
     try:
         text = pathlib.Path(labels_file).read_text(encoding="utf-8")
     except OSError:
-        return "unknown"
+        return PodLabels("unknown")
+    labels = {}
     for line in text.splitlines():
         key, sep, value = line.partition("=")
-        if sep and key.strip() == ROLE_LABEL:
-            return value.strip().strip('"')
-    return "active"
+        if sep:
+            labels[key.strip()] = value.strip().strip('"')
+    serving = labels.get(SERVING_LABEL)
+    return PodLabels(labels.get(ROLE_LABEL, "active"), None if serving is None else serving == "true")
+
+
+def read_role(labels_file: str | os.PathLike[str] | None) -> str:
+    """The pod's role alone (:func:`read_labels`)."""
+    return read_labels(labels_file).role
 
 
 @dataclasses.dataclass(frozen=True)

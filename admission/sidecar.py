@@ -6,7 +6,7 @@ Routes:
   :mod:`tidegate.admission.engine`), then :class:`~tidegate.admission.proxy.Forwarder`;
 - ``GET /metrics`` (:mod:`tidegate.admission.metrics`), ``GET /tidegate/stats``
   (:class:`~tidegate.admission.stats.StatsSnapshot`), ``POST /tidegate/drain`` (what a preStop
-  hook calls), ``GET /healthz`` (the process serves), ``GET /readyz`` (active role, not
+  hook calls), ``GET /healthz`` (the process serves), ``GET /readyz`` (a serving role, not
   draining, backend healthy, sized: never "has spare capacity", so overload sheds with 429/503 while
   the pod stays in the Service), ``GET /tidegate/ready`` (sized, whatever the role: the pod's
   readiness; 503 while an unset ``tokenBudget`` / ``maxConcurrency`` is still being read from the
@@ -28,7 +28,7 @@ Errors the sidecar answers itself are OpenAI error documents, aiohttp's own ones
 paths above is 405 ``method_not_allowed`` with ``Allow``, never forwarded).
 
 Background loops: a ticker (every ``tick_s``: queue expiry, stall check, dispatch; every
-``reload_s``: config file and role label), and telemetry (every ``telemetry.pollIntervalMs``: the
+``reload_s``: config file and the role and serving labels), and telemetry (every ``telemetry.pollIntervalMs``: the
 backend's ``server.healthPath``, then while healthy its load signals and capacity through
 :class:`~tidegate.admission.poller.BackendPoller`, and NVML). A signal that cannot be read is
 logged once per episode, counted in ``tidegate_admission_telemetry_errors_total`` and shown in
@@ -43,6 +43,11 @@ its ticket, which is then never dispatched.
 Slow clients: the body of an admitted path must arrive within ``bodyReadTimeoutSeconds`` of the
 handler starting (a total deadline, so trickling a byte at a time does not extend it), else 408
 ``body_read_timeout`` and the connection is closed. Nothing is reserved before the body is read.
+
+Roles: requests are taken in the ``active`` role, and in the ``warm`` one when the pod's
+``tidegate.dev/serving`` label is ``"true"`` (``spec.warmPool.serve``: the Service sends warm pods
+requests too); otherwise 503 ``not_active``. Both are read from the downward-API labels file and
+from the operator's push (``PUT /tidegate/role``), which holds until the file changes.
 
 Draining (SIGTERM, or ``POST``/``GET /tidegate/drain[?wait=true]`` from a preStop hook): new requests get 503 ``not_active`` with
 ``Retry-After: 1``, readiness turns false, queued and in-flight requests finish; on SIGTERM the
@@ -68,7 +73,7 @@ from aiohttp import web
 
 from tidegate.admission import errors, metrics, paths, poller, sizing, stats, telemetry
 from tidegate.admission.breaker import Completion
-from tidegate.admission.config import ApiKeys, ConfigWatcher, SidecarConfig, SidecarSettings, read_role
+from tidegate.admission.config import ApiKeys, ConfigWatcher, PodLabels, SidecarConfig, SidecarSettings, read_labels
 from tidegate.admission.cost import CHAT_PATH, COMPLETIONS_PATH, CostError
 from tidegate.admission.engine import BackendCapacity, Engine, EngineTuning, Telemetry
 from tidegate.admission.proxy import Forwarder, Relay
@@ -76,7 +81,7 @@ from tidegate.admission.reasons import Reason
 from tidegate.admission.sizing import Source
 from tidegate.admission.ticket import Ticket, TicketState
 from tidegate.api.admission import TenantIdentitySource
-from tidegate.api.constants import ROLES
+from tidegate.api.constants import ROLE_ACTIVE, ROLE_WARM, ROLES
 from tidegate.api.serving import Engine as BackendEngine
 from tidegate.api.serving import PromptTokenizer
 
@@ -180,10 +185,12 @@ class Sidecar:
             [c.name for c in config.admission.priority_classes],
         )
         self.watcher = watcher
-        self.role = read_role(settings.labels_file)
-        # A role pushed by the operator (PUT /tidegate/role), with the file's role at that moment:
-        # it holds until the labels file changes (the kubelet refreshes it only on its sync).
-        self._pushed_role: tuple[str, str] | None = None
+        labels = read_labels(settings.labels_file)
+        self.role = labels.role
+        self.in_service = labels.serving  # the tidegate.dev/serving label; None: not labelled
+        # A role and serving state pushed by the operator (PUT /tidegate/role), with the file's at that
+        # moment: it holds until the labels file changes (the kubelet refreshes it only on its sync).
+        self._pushed: tuple[PodLabels, PodLabels] | None = None
         self.api_keys = ApiKeys(settings.api_keys_dir)
         self.draining = False
         self.backend_healthy = True
@@ -317,12 +324,12 @@ class Sidecar:
             )  # fmt: skip
         if tenant is None:
             return self._refuse("unknown", priority, Reason.UNAUTHORIZED, "missing or unknown API key")
-        if engine.sizing.pending and self.role == "active" and not self.draining:
+        if engine.sizing.pending and self.role_serves and not self.draining:
             await self._await_sizing(admission.queue.max_wait_ms / 1000.0)
         if not self.serving:
             why = (
                 "draining" if self.draining
-                else f"in the {self.role!r} role" if self.role != "active"
+                else f"in the {self.role!r} role, not serving" if not self.role_serves
                 else "still reading the model server's capacity (admission.tokenBudget unset)"
             )  # fmt: skip
             return self._refuse(
@@ -524,10 +531,16 @@ class Sidecar:
     # ---- operations endpoints ---------------------------------------------------------------
 
     @property
+    def role_serves(self) -> bool:
+        """Whether the pod's role takes requests: ``active``, or ``warm`` labelled ``serving=true``
+        (``spec.warmPool.serve``). An active pod serves whatever its serving label says."""
+        return self.role == ROLE_ACTIVE or (self.role == ROLE_WARM and self.in_service is True)
+
+    @property
     def serving(self) -> bool:
-        """Whether new requests are taken: the active role, not draining, and sized (an unset budget
-        read from the model server, or its fallback: :mod:`tidegate.admission.sizing`)."""
-        return self.role == "active" and not self.draining and not self.engine.sizing.pending
+        """Whether new requests are taken: a serving role (:attr:`role_serves`), not draining, and sized
+        (an unset budget read from the model server, or its fallback: :mod:`tidegate.admission.sizing`)."""
+        return self.role_serves and not self.draining and not self.engine.sizing.pending
 
     async def _healthz(self, _request: web.Request) -> web.Response:
         return web.json_response({"status": "ok"})
@@ -542,7 +555,8 @@ class Sidecar:
 
     async def _readyz(self, _request: web.Request) -> web.Response:
         ready = self.serving and self.backend_healthy
-        body = {"ready": ready, "role": self.role, "draining": self.draining, "backend_healthy": self.backend_healthy}
+        body = {"ready": ready, "role": self.role, "serving_label": self.in_service, "draining": self.draining,
+                "backend_healthy": self.backend_healthy}  # fmt: skip
         body |= self._sizing_body()
         return web.json_response(body, status=200 if ready else 503)
 
@@ -584,24 +598,28 @@ class Sidecar:
         return _loopback(request.remote) or bool(token and hmac.compare_digest(offered.encode(), token.encode()))
 
     async def _push_role(self, request: web.Request) -> web.Response:
-        """``PUT /tidegate/role`` ``{"role": "active"|"warm"|"draining"}``: the operator's relabel,
-        applied at once. The downward-API labels file says the same later (the kubelet rewrites
-        it only on its periodic sync, up to about a minute); until it changes, the push holds."""
+        """``PUT /tidegate/role`` ``{"role": "active"|"warm"|"draining", "serving": true|false}``: the
+        operator's relabel (``serving``: the ``tidegate.dev/serving`` label, optional), applied at once.
+        The downward-API labels file says the same later (the kubelet rewrites it only on its
+        periodic sync, up to about a minute); until it changes, the push holds."""
         if not self._trusted(request):
             return _forbidden("changing the role needs the pod's token")
         try:
-            role = (await request.json())["role"]
-        except (ValueError, KeyError, TypeError):
-            role = None
-        if role not in ROLES:
+            doc = await request.json()
+            role, serving = doc["role"], doc.get("serving")
+        except (ValueError, KeyError, TypeError, AttributeError):
+            role, serving = None, None
+        if role not in ROLES or not (serving is None or isinstance(serving, bool)):
+            param = "role" if role not in ROLES else "serving"
+            message = f"role must be one of {list(ROLES)}" if param == "role" else "serving must be true or false"
             return web.json_response(
-                {"error": {"message": f"role must be one of {list(ROLES)}", "type": "invalid_request_error",
-                           "code": "bad_request", "param": "role"}},
+                {"error": {"message": message, "type": "invalid_request_error", "code": "bad_request",
+                           "param": param}},
                 status=400,
             )  # fmt: skip
-        self._pushed_role = (role, read_role(self.settings.labels_file))
-        self.role = role
-        return web.json_response({"role": self.role, "draining": self.draining})
+        self._pushed = (PodLabels(role, serving), read_labels(self.settings.labels_file))
+        self.role, self.in_service = role, serving
+        return web.json_response({"role": self.role, "serving": self.serving, "draining": self.draining})
 
     async def _drain(self, request: web.Request) -> web.Response:
         """Start draining; with ``?wait=true`` answer only when nothing is queued or in flight
@@ -709,11 +727,12 @@ class Sidecar:
                 task.cancel()
 
     def _reload(self) -> None:
-        from_file = read_role(self.settings.labels_file)
-        if self._pushed_role is not None and self._pushed_role[1] == from_file:
-            self.role = self._pushed_role[0]  # the file has not caught up with the push yet
+        from_file = read_labels(self.settings.labels_file)
+        if self._pushed is not None and self._pushed[1] == from_file:
+            pushed = self._pushed[0]  # the file has not caught up with the push yet
+            self.role, self.in_service = pushed.role, pushed.serving
         else:
-            self._pushed_role, self.role = None, from_file
+            self._pushed, self.role, self.in_service = None, from_file.role, from_file.serving
         if self.api_keys.reload():
             log.info("API keys reloaded: %d keys", len(self.api_keys))
         if self.watcher is None:
