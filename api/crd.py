@@ -37,12 +37,12 @@ def _condition_status(ctype: ConditionType) -> str:
 PRINTER_COLUMNS = [
     {"name": "Model", "type": "string", "jsonPath": ".spec.model.name", "description": "Model served"},
     {"name": "Desired", "type": "integer", "jsonPath": ".spec.replicas", "description": "Desired active replicas"},
-    {"name": "Active", "type": "integer", "jsonPath": ".status.replicas", "description": "Active (serving) replicas"},
+    {"name": "Active", "type": "integer", "jsonPath": ".status.replicas", "description": "Active replicas"},
     {
         "name": "Warm",
         "type": "integer",
         "jsonPath": ".status.warmReplicas",
-        "description": "Ready warm (not serving) replicas",
+        "description": "Ready warm replicas (serving too under warmPool.serve)",
     },
     {
         "name": "RejectRate",

@@ -65,11 +65,13 @@ class InferencePoolStatus(ApiModel):
         description="`Ready`, `Progressing`, `Degraded`, `KedaReady`, `NodePoolReady`, `ScalerReachable`.",
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
     )
-    replicas: int = Field(
-        default=0, ge=0, description="Active (serving) replicas; the /scale subresource's current count."
-    )
+    replicas: int = Field(default=0, ge=0, description="Active replicas; the /scale subresource's current count.")
     ready_replicas: int = Field(default=0, ge=0, description="Active replicas that are Ready.")
-    warm_replicas: int = Field(default=0, ge=0, description="Ready, loaded, not-serving replicas.")
+    warm_replicas: int = Field(
+        default=0,
+        ge=0,
+        description="Ready, loaded warm replicas (not active); they take requests too when spec.warmPool.serve.",
+    )
     selector: str = Field(
         default="", max_length=4096, description="Label selector of the pool's pods (for the HPA through /scale)."
     )

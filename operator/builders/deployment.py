@@ -13,8 +13,15 @@ Pod shape:
   the Deployment's selector, so relabelling never orphans a pod.
 
 Pod readiness means "model loaded and sidecar healthy" (not "active"): a warm pod must be
-Ready to count as warm. Traffic follows the role label through the Service selector, and the
-sidecar itself refuses traffic when its role is not ``active``.
+Ready to count as warm. Traffic follows the ``tidegate.dev/serving`` label through the Service
+selector; the operator writes it on the pods, never in this template, so flipping
+``spec.warmPool.serve`` rolls no pod. The sidecar itself refuses traffic unless its role is
+``active``, or ``warm`` labelled serving.
+
+The preStop drain runs whatever the role, so a serving warm pod the ReplicaSet deletes (the warm
+pool shrank, or a drained pod found it full) refuses new requests and finishes those in flight
+within the termination grace, as an active one does; pod-deletion-cost still orders draining <
+warm < active.
 """
 
 from typing import Any
