@@ -44,6 +44,8 @@ class Policy(abc.ABC):
 
     name = "base"
     warm_pool = 0
+    serve_warm = False
+    """Warm replicas in the Service too (tidegate: ``spec.warmPool.serve``)."""
     headroom = 0
     """Replicas kept serving on top of the HPA's answer (:class:`Baseline`: ``headroom_replicas``)."""
     ticks = False

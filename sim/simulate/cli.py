@@ -12,7 +12,7 @@ Examples::
 Prints Markdown tables (summary, then refusals by class and reason); ``--out DIR`` also writes
 ``table.md``, ``summary.json`` and one PNG per scenario (needs ``tidegate[sim]``).
 
-``--frontier`` runs every policy over a grid of its knobs (tidegate: warm pool, targetUtilization,
+``--frontier`` runs every policy over a grid of its knobs (tidegate: warm pool and whether it serves, targetUtilization,
 targetCapacityRejectRate; the baselines: their threshold and headroom replicas) on every scenario
 and seed, prints per scenario the GPU-hours each policy needs to reach 95%, 99% and 99.9%
 interactive SLO attainment and whether a baseline dominates tidegate's default, and writes

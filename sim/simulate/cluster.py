@@ -7,9 +7,19 @@ return to warm, and how many pods the Deployment wants, is decided by the operat
 planner, :func:`tidegate.operator.warm_pool.plan`, for every policy (a baseline has a warm pool of 0,
 which makes the planner behave like a plain Deployment: new pods serve once ready).
 
+With ``serve_warm`` (``spec.warmPool.serve``) a warm pod is in the Service too: from the moment it is
+Ready (the operator labels a new pod ``tidegate.dev/serving=true`` in the reconcile after it is
+created, minutes before its model is loaded), and ``promotion_s`` after a drained pod returns to the
+warm pool (a relabel, as for a promotion). A promoted warm pod serves on without a gap.
+
 Deployment semantics (the ReplicaSet): too few live pods -> create pending ones; too many -> delete
-not-ready warm pods first (newest first), then ready warm pods; active and draining pods are never
-deleted by the ReplicaSet (the planner drains them first).
+warm pods in the ReplicaSet's order (kube-controller-manager ``ActivePodsWithRanks``): not Ready
+first, then the lowest ``controller.kubernetes.io/pod-deletion-cost``, then the newest. The operator
+(``tidegate.operator.reconcile.after_drain``) leaves a drained pod the warm pool has no room for
+(Ready warm pods already fill it) at the draining cost, below a warm pod's, so the drained pod, which
+holds nothing in flight (or ran past the drain timeout), goes before any warm one, serving or not;
+the pods it keeps are Ready first, then the longest-lived. Active and draining pods are never deleted
+by the ReplicaSet (the planner drains them first).
 
 GPU accounting: every live pod holds ``gpus_per_replica`` GPUs on its own node from the moment it is
 created (the node is being paid for while it provisions) until it is deleted or lost. Nodes are
@@ -25,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from tidegate.api import constants
-from tidegate.operator import warm_pool
+from tidegate.operator import names, warm_pool
 from tidegate.sim.replica import ReplicaConfig, ReplicaModel
 from tidegate.sim.simulate.lean_replica import LeanReplica
 from tidegate.sim.simulate.scenario import Cluster
@@ -54,6 +64,10 @@ class Pod:
     def live(self) -> bool:
         return self.deleted_s is None
 
+    @property
+    def warm_ready(self) -> bool:
+        return self.live and self.ready and self.role == constants.ROLE_WARM
+
     def gpu_seconds(self, end_s: float) -> float:
         """Seconds this pod held its node within ``[0, end_s]``."""
         stop = end_s if self.deleted_s is None else min(self.deleted_s, end_s)
@@ -75,10 +89,12 @@ class Pool:
         rng: np.random.Generator,
         schedule: Callable[[float, str, Any], None],
         drain_timeout_s: float,
+        serve_warm: bool = False,
     ) -> None:
         self.cluster, self.replica_config, self.rng = cluster, replica, rng
         self.schedule = schedule
         self.drain_timeout_s = drain_timeout_s
+        self.serve_warm = serve_warm
         self.pods: list[Pod] = []
         self._next = 0
         self.on_ready: Callable[[Pod], None] = lambda pod: None
@@ -87,7 +103,7 @@ class Pool:
         return (p for p in self.pods if p.live)
 
     def serving(self) -> list[Pod]:
-        """Pods in the Service now (active, promoted, not lost)."""
+        """Pods in the Service now (active and promoted, or warm and Ready with ``serve_warm``; not lost)."""
         return [p for p in self.pods if p.serving and p.live]
 
     def count(self, role: str, ready: bool | None = None) -> int:
@@ -113,9 +129,11 @@ class Pool:
         pod.ready = True
         pod.replica = LeanReplica(self.replica_config, start_s=now_s)
         self.on_ready(pod)
+        if self.serve_warm and pod.role == constants.ROLE_WARM:
+            pod.serving = True  # labelled serving long before: an endpoint once Ready
 
     def start_serving(self, pod: Pod) -> None:
-        if pod.live and pod.role == constants.ROLE_ACTIVE:
+        if pod.live and (pod.role == constants.ROLE_ACTIVE or (self.serve_warm and pod.warm_ready)):
             pod.serving = True
 
     def delete(self, pod: Pod, now_s: float, lost: bool = False) -> None:
@@ -144,19 +162,43 @@ class Pool:
         for name in plan.drain:
             pod = by_name[name]
             pod.role, pod.serving, pod.draining_since_s = constants.ROLE_DRAINING, False, now_s
+        removed = set(_no_room(views, plan, warm_size))
         for name in plan.return_to_warm:
             pod = by_name[name]
             pod.role, pod.draining_since_s = constants.ROLE_WARM, None
+            if self.serve_warm and name not in removed and pod.ready:
+                self.schedule(now_s + self.cluster.promotion_s, "serving", pod)
         live = list(self.live_pods())
         missing = plan.deployment_replicas - len(live)
         for _ in range(missing):
             self.create(now_s)
         if missing < 0:
             spare = [p for p in live if p.role == constants.ROLE_WARM]
-            spare.sort(key=lambda p: (p.ready, -p.created_s))
+
+            def cost(p: Pod) -> int:
+                return names.COST_DRAINING if p.name in removed else names.COST_WARM
+
+            spare.sort(key=lambda p: (p.ready, cost(p), -p.created_s))  # the ReplicaSet's order (module docstring)
             for pod in spare[:-missing]:
                 self.delete(pod, now_s)
 
     def gpu_hours(self, end_s: float) -> float:
         """GPU-hours held within ``[0, end_s]``."""
         return sum(p.gpu_seconds(end_s) for p in self.pods) * self.cluster.gpus_per_replica / 3600.0
+
+
+def _no_room(views: list[warm_pool.PodView], plan: warm_pool.Plan, warm_size: int) -> list[str]:
+    """The pods of ``plan.return_to_warm`` the warm pool has no room for, as the operator chooses them
+    (``tidegate.operator.reconcile.after_drain``, which imports the Kubernetes client and so is not
+    imported here): the room is ``warm_size`` less the Ready warm pods not promoted; drained pods fill
+    it Ready first, then longest-lived; the rest keep the draining pod-deletion-cost."""
+    promoted = set(plan.promote)
+    ready_warm = sum(
+        1
+        for v in views
+        if v.ready and v.name not in promoted and v.role not in (constants.ROLE_ACTIVE, constants.ROLE_DRAINING)
+    )
+    room = max(0, warm_size - ready_warm)
+    by_name = {v.name: v for v in views}
+    drained = sorted(plan.return_to_warm, key=lambda n: (not by_name[n].ready, by_name[n].created_s))
+    return drained[room:]

@@ -98,16 +98,17 @@ class Simulator:
         scaling = scenario.scaling
         self.hpa = Hpa(scaling.min_replicas, scaling.max_replicas, policy.hpa_behavior(scenario))
         self.hpa.seed(0.0, scenario.cluster.initial_replicas)  # the run starts from a steady state, not a fresh HPA
+        policy.setup(self)
         self.pool = Pool(
             scenario.cluster,
             scenario.replica,
             np.random.default_rng([seed, 1]),
             self.schedule,
             drain_timeout_s=float(scenario.admission.request_timeout_seconds),
+            serve_warm=policy.serve_warm,
         )
         self.fault_rng = np.random.default_rng([seed, 2])
         self.pool.on_ready = lambda pod: policy.attach(self, pod)
-        policy.setup(self)
         self.desired = scenario.cluster.initial_replicas + policy.headroom  # spec.replicas
         for i in range(self.desired + policy.warm_pool):
             pod = self.pool.create(0.0, ready_now=True)

@@ -72,6 +72,7 @@ def _min_replicas(sc: Scenario, value: float) -> Scenario:
 KNOBS: dict[str, Callable[[Scenario, float], Scenario]] = {
     # tidegate: spec.warmPool.size and spec.scaling
     "warm_pool": lambda sc, value: dataclasses.replace(sc, warm_pool=int(value)),
+    "warmPool.serve": lambda sc, value: dataclasses.replace(sc, warm_pool_serve=bool(value)),  # 0 / 1
     "targetUtilization": _scaling("target_utilization"),
     "targetCapacityRejectRate": _scaling("target_capacity_reject_rate"),
     # baselines: scenario.baselines (see tidegate.sim.simulate.baselines)
@@ -112,7 +113,7 @@ def _baseline_grid(threshold: str, values: tuple[float, ...], default: float) ->
 
 
 GRIDS: dict[str, dict[str, list[Config]]] = {
-    # sized for the budget: the whole sweep (6 scenarios x 3 seeds, ~700 runs) in under
+    # sized for the budget: the whole sweep (7 scenarios x 3 seeds, ~800 runs) in under
     # 30 minutes on 2 cores with --jobs 2
     "full": {
         "tidegate": [
@@ -121,6 +122,11 @@ GRIDS: dict[str, dict[str, list[Config]]] = {
             *_product(warm_pool=(0,), targetUtilization=(0.9,)),  # the cheapest corner
             *_product(warm_pool=(2, 4), targetUtilization=(0.6,)),  # the most headroom
             *_product(targetCapacityRejectRate=(0.005, 0.1)),
+            # spec.warmPool.serve both ways; the side a scenario already has repeats a point above
+            # (or the default) and is run once
+            *_product(**{"warmPool.serve": (0, 1)}),
+            *_product(**{"warm_pool": (2,), "warmPool.serve": (0, 1)}),
+            *_product(**{"targetUtilization": (0.9,), "warmPool.serve": (0, 1)}),
         ],
         "queue": _baseline_grid("queue_waiting_target", (1, 2, 5, 10), 5),
         "gie": _baseline_grid("queue_waiting_target", (1, 2, 5, 10), 5),
@@ -238,8 +244,15 @@ def tasks(
         for policy in chosen:
             configs = list(GRIDS[grid].get(policy, [()]))
             if policy == "tidegate":
-                # the default once, as (): a grid point that only restates it would run it twice
-                configs = [(), *(c for c in configs if c and configure(as_written, c) != as_written)]
+                # the default once, as (), and each scenario once: a grid point that only restates
+                # the default or an earlier point would run it twice
+                kept, seen = [()], [as_written]
+                for c in configs:
+                    sc = configure(as_written, c)
+                    if sc not in seen:
+                        kept.append(c)
+                        seen.append(sc)
+                configs = kept
             for config in configs:
                 refused = _refusal(as_written, policy, config)
                 if refused:

@@ -16,7 +16,8 @@ A scenario is a YAML document (built-ins live in ``tidegate/sim/simulate/scenari
       model_load_s: {mean: 80, sd: 10, min: 40}
     admission: {...}                 # spec.admission (tidegate.api.AdmissionSpec, camelCase)
     scaling: {...}                   # spec.scaling   (tidegate.api.ScalingSpec)
-    warm_pool: 1                     # spec.warmPool.size (tidegate policy only; see policies)
+    warm_pool: 1                     # spec.warmPool.size (tidegate policy only; see policies), or
+                                     # the whole spec.warmPool: {size: 1, serve: true}
     replica: {...}                   # tidegate.sim.replica.ReplicaConfig overrides
     faults: [{at_s: 900, kind: lose_replica, count: 1}]
 
@@ -39,7 +40,7 @@ import pydantic
 import yaml
 
 from tidegate.api.admission import AdmissionSpec
-from tidegate.api.scaling import ScalingSpec
+from tidegate.api.scaling import ScalingSpec, WarmPoolSpec
 from tidegate.api.serving import ModelSpec
 from tidegate.sim.replica import ReplicaConfig
 
@@ -153,6 +154,8 @@ class Scenario:
     model: ModelSpec
     replica: ReplicaConfig
     warm_pool: int = 1
+    warm_pool_serve: bool = False
+    """``spec.warmPool.serve``: the warm replicas are in the Service too (:mod:`~.cluster`)."""
     spikes: tuple[Spike, ...] = ()
     diurnal: Diurnal | None = None
     faults: tuple[Fault, ...] = ()
@@ -239,6 +242,9 @@ def parse(doc: Any, default_name: str = "scenario") -> Scenario:
     for key in ("node_provisioning_s", "model_load_s"):
         cluster[key] = _build(Duration, cluster.get(key, {"mean": 0.0}), f"cluster.{key}")
     diurnal = load_doc.get("diurnal")
+    if isinstance(doc.get("warm_pool"), dict):  # spec.warmPool as the API writes it
+        warm = _api(WarmPoolSpec, doc.pop("warm_pool"), "warm_pool")
+        doc |= {"warm_pool": warm.size, "warm_pool_serve": warm.serve}
     fields = {
         "name": doc.pop("name", default_name),
         "description": doc.pop("description", ""),

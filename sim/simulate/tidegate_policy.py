@@ -13,7 +13,8 @@ Adapter only; no decision logic of its own:
   token reaches :meth:`~tidegate.admission.engine.Engine.first_token` when the replica produces it
   (the proxy's first streamed event: batch composition, the breaker's TTFT). ``tick()`` every 0.1 s and telemetry
   (KV usage, generation counter) every ``telemetry.pollIntervalMs``, as the sidecar does;
-- every KEDA poll builds each active pod's :class:`~tidegate.admission.stats.StatsSnapshot` from
+- every KEDA poll builds the :class:`~tidegate.admission.stats.StatsSnapshot` of each pod in the
+  Service (active, and warm ones with ``spec.warmPool.serve``: :class:`PodInfo` ``serving``) from
   its engine's counters and the budget in force (what the sidecar's stats endpoint serves), and runs the scaler's own
   pipeline: :class:`~tidegate.scaler.rates.SampleHistory` baselines ->
   :func:`tidegate.scaler.rates.observe` -> :func:`tidegate.scaler.law.decide` (``spec.scaling``),
@@ -21,7 +22,7 @@ Adapter only; no decision logic of its own:
   ``metric_value`` goes to the HPA as an ``AverageValue`` metric with target 1, under the HPA
   ``behavior`` the operator's own builder writes into the ScaledObject
   (:func:`tidegate.operator.builders.scaled_object.scaled_object`);
-- the warm pool (``spec.warmPool.size``) is the operator's planner's (see :mod:`~.cluster`).
+- the warm pool (``spec.warmPool.size``, ``serve``) is the operator's planner's (see :mod:`~.cluster`).
 """
 
 from typing import Any
@@ -32,7 +33,6 @@ from tidegate.admission.cost import RequestCost
 from tidegate.admission.engine import BackendCapacity, Engine, Telemetry
 from tidegate.admission.stats import StatsSnapshot, TenantCounters
 from tidegate.admission.ticket import Ticket, TicketState
-from tidegate.api import constants
 from tidegate.api.pool import InferencePool
 from tidegate.api.serving import Engine as BackendEngine
 from tidegate.operator import builders
@@ -58,6 +58,7 @@ class Tidegate(Policy):
         super().setup(sim)
         sc = sim.scenario
         self.warm_pool = sc.warm_pool
+        self.serve_warm = sc.warm_pool_serve
         self.law_policy = law.Policy.from_spec(sc.scaling)
         self.law_state = law.LawState()
         self.window_s = float(sc.scaling.signal.window_seconds)
@@ -165,7 +166,7 @@ class Tidegate(Policy):
                     "server": {"image": "sim"},
                     "admission": scenario.admission.model_dump(by_alias=True),
                     "scaling": scenario.scaling.model_dump(by_alias=True),
-                    "warmPool": {"size": scenario.warm_pool},
+                    "warmPool": {"size": scenario.warm_pool, "serve": scenario.warm_pool_serve},
                 },
             }
         )
@@ -176,9 +177,11 @@ class Tidegate(Policy):
         now = sim.now
         pods, current = [], {}
         for pod in sim.pool.live_pods():
-            pods.append(PodInfo(name=pod.name, role=pod.role, ready=pod.ready))
-            if pod.role == constants.ROLE_ACTIVE and pod.front is not None:
-                current[pod.name] = rates.Sample.of(snapshot(pod, now))
+            # the serving label as the operator writes it: every warm pod under spec.warmPool.serve
+            info = PodInfo(name=pod.name, role=pod.role, ready=pod.ready, serving=self.serve_warm)
+            pods.append(info)
+            if (info.active or (info.in_service and info.ready)) and pod.front is not None:
+                current[pod.name] = rates.Sample.of(snapshot(pod, now))  # what SidecarSignals polls
         baselines = {name: self.history.baseline(name, snap, self.window_s) for name, snap in current.items()}
         obs = rates.observe(pods, current, baselines, now, STALE_AFTER_S, max_window_s=2 * self.window_s)
         for name, snap in current.items():
