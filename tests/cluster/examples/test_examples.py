@@ -125,7 +125,7 @@ def _assert_reconciled(kubectl, namespace: str, pool: dict) -> None:
     pod = deployment["spec"]["template"]["spec"]
     assert pod["containers"][0]["image"] == spec["server"]["image"]
     assert pod["initContainers"][-1]["name"] == "tidegate-admission"
-    assert _get(kubectl, namespace, "service", name)["spec"]["selector"]["tidegate.dev/role"] == "active"
+    assert _get(kubectl, namespace, "service", name)["spec"]["selector"]["tidegate.dev/serving"] == "true"
     assert _get(kubectl, namespace, "poddisruptionbudget", name) is not None
     config = yaml.safe_load(_get(kubectl, namespace, "configmap", f"{name}-admission")["data"]["config.yaml"])
     # Unset in the pool: unset in the sidecar's config too (each sidecar reads it from its model server).

@@ -83,7 +83,7 @@ def test_pool_becomes_a_sidecar_deployment_a_service_and_a_scaled_object(api_cli
     assert dep.metadata.owner_references[0].kind == "InferencePool"
 
     svc = kubernetes.client.CoreV1Api(api_client).read_namespaced_service("p", namespace)
-    assert svc.spec.selector == {constants.LABEL_POOL: "p", constants.LABEL_ROLE: "active"}
+    assert svc.spec.selector == {constants.LABEL_POOL: "p", constants.LABEL_SERVING: "true"}
 
     so = kubernetes.client.CustomObjectsApi(api_client).get_namespaced_custom_object(
         "keda.sh", "v1alpha1", namespace, "scaledobjects", "p"
@@ -151,11 +151,11 @@ def test_hand_edits_of_children_are_put_back(api_client, namespace: str) -> None
     core = kubernetes.client.CoreV1Api(api_client)
     apps = kubernetes.client.AppsV1Api(api_client)
     wait_for(lambda: _count(_roles(api_client, namespace, "e"), "active") == 1, what="1 active pod")
-    core.patch_namespaced_service("e", namespace, {"spec": {"selector": {constants.LABEL_ROLE: "warm"}}})
+    core.patch_namespaced_service("e", namespace, {"spec": {"selector": {constants.LABEL_SERVING: "false"}}})
     apps.patch_namespaced_deployment("e", namespace, {"spec": {"replicas": 7}})
     wait_for(
         lambda: (
-            core.read_namespaced_service("e", namespace).spec.selector.get(constants.LABEL_ROLE) == "active"
+            core.read_namespaced_service("e", namespace).spec.selector.get(constants.LABEL_SERVING) == "true"
             and apps.read_namespaced_deployment("e", namespace).spec.replicas == 2
         ),
         what="Service selector and Deployment replicas put back",
