@@ -13,7 +13,8 @@ It keeps two files per pool / pod in step with the API, as the kubelet does for 
 the pool's ConfigMap ``config.yaml`` and the pod's labels in downward-API format
 (``key="value"`` lines; the operator relabels ``tidegate.dev/role``). A pod that is deleted,
 terminating or not Ready has its processes stopped. The agent also plays the readiness probe
-that feeds a Service's endpoints: :meth:`endpoints` lists ``role=active`` pods whose sidecar
+that feeds a Service's endpoints: :meth:`endpoints` lists the pods the Service selects
+(``tidegate.dev/serving=true``; ``role=active`` for a pod without that label) whose sidecar
 answers ``/readyz`` 200 (EndpointSlices refuse loopback IPs, so the real Service stays empty and
 clients route to these URLs, as kube-proxy would).
 
@@ -52,6 +53,7 @@ class PodProcs:
     sidecar: subprocess.Popen
     labels_path: pathlib.Path
     role: str = ""
+    serving: str | None = None  # the tidegate.dev/serving label; None: not labelled
     ready: bool = False  # sidecar /readyz answered 200 on the last probe
     ready_since: float | None = None  # when /readyz last turned 200 (monotonic)
 
@@ -123,8 +125,12 @@ class PodAgent:
             return {n: p for n, p in self.pods.items() if pool is None or p.pool == pool}
 
     def endpoints(self, pool: str) -> list[str]:
-        """The Service's endpoints as kube-proxy would route: active pods whose sidecar is ready."""
-        return [p.url for p in self.running(pool).values() if p.role == constants.ROLE_ACTIVE and p.ready]
+        """The Service's endpoints as kube-proxy would route: serving pods whose sidecar is ready."""
+        return [
+            p.url
+            for p in self.running(pool).values()
+            if p.ready and (p.serving == "true" if p.serving is not None else p.role == constants.ROLE_ACTIVE)
+        ]
 
     # ---- lifecycle -------------------------------------------------------------------------------
 
@@ -171,6 +177,7 @@ class PodAgent:
             current = self.pods[name]
             _write_if_changed(current.labels_path, _labels_text(pod.metadata.labels or {}))
             current.role = pod.metadata.labels.get(constants.LABEL_ROLE, "")
+            current.serving = pod.metadata.labels.get(constants.LABEL_SERVING)
         self._check_processes()
         self._probe()
 
