@@ -77,10 +77,9 @@ def roles(core, ns: str, name: str) -> dict[str, str]:
 
 
 def selected(core, ns: str, name: str) -> set[str]:
-    """Pods the pool's Service selects (role=active, not being deleted)."""
-    pods = core.list_namespaced_pod(
-        ns, label_selector=f"{constants.LABEL_POOL}={name},{constants.LABEL_ROLE}=active"
-    ).items
+    """Pods the pool's Service selects (its own selector, tidegate.dev/serving=true; not being deleted)."""
+    selector = core.read_namespaced_service(name, ns).spec.selector
+    pods = core.list_namespaced_pod(ns, label_selector=",".join(f"{k}={v}" for k, v in selector.items())).items
     return {p.metadata.name for p in pods if not p.metadata.deletion_timestamp}
 
 
