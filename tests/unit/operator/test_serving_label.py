@@ -204,3 +204,14 @@ def test_the_sidecar_hears_the_serving_state_with_the_role(monkeypatch: pytest.M
     obj["spec"]["replicas"] = 1
     _reconcile(kube, obj)
     assert pushed == [(None, DRAINING, False)]
+
+
+def test_a_drained_pod_the_full_warm_pool_removes_does_not_rejoin_a_serving_warm_pool() -> None:
+    # 2 -> 1 active has drained "d"; the warm pool of 1 is full, so the ReplicaSet deletes "d" next
+    kube = _Kube(
+        {"a": _labels("p", ACTIVE, "true"), "w": _labels("p", WARM, "true"), "d": _labels("p", DRAINING, "false")}
+    )
+    result = _reconcile(kube, _pool(serve=True))
+    assert result.plan.return_to_warm == ["d"] and result.plan.deployment_replicas == 2
+    assert kube.pods["d"][constants.LABEL_ROLE] == WARM and kube.pods["d"][SERVING] == "false"
+    assert kube.log[-1] == ("service", ["a", "w"])
