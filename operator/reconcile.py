@@ -132,44 +132,7 @@ def push_role(
         return False
 
 
-@dataclass(frozen=True)
-class AfterDrain:
-    """Where the replicas that finished draining this reconcile go (pod names)."""
-
-    returned: list[str]  # kept as warm replicas
-    removed: list[str]  # the warm pool is full: the ReplicaSet deletes these
-    room: int  # warm replicas the warm pool still lacked (>= 0)
-
-
-def after_drain(views: list[warm_pool.PodView], plan: warm_pool.Plan, warm_size: int) -> AfterDrain:
-    """Split ``plan.return_to_warm`` into the replicas the warm pool keeps and those it has no room for.
-
-    The planner relabels every drained replica ``warm`` and lowers the Deployment by as many, so a
-    pool that shrinks by more replicas than its warm pool lacks deletes the surplus. The
-    ReplicaSet deletes not-Ready pods first and then the lowest pod-deletion-cost (kube-controller
-    -manager's ``ActivePodsWithRanks``; https://kubernetes.io/docs/concepts/workloads/controllers/replicaset/#pod-deletion-cost).
-    The room is the warm pool's size less its Ready warm replicas (a loading one goes before any
-    Ready one); drained replicas fill it Ready first, then longest-lived, and the rest keep the
-    draining cost, so they are the Ready pods deleted. Pure.
-    """
-    promoted = set(plan.promote)
-    ready_warm = sum(
-        1
-        for v in views
-        if v.ready
-        and not v.deleting
-        and v.name not in promoted
-        and v.role not in (constants.ROLE_ACTIVE, constants.ROLE_DRAINING)
-    )
-    room = max(0, warm_size - ready_warm)
-    by_name = {v.name: v for v in views}
-    drained = sorted(
-        plan.return_to_warm, key=lambda n: (not by_name[n].ready, by_name[n].created_s) if n in by_name else (True, 0.0)
-    )
-    return AfterDrain(returned=drained[:room], removed=drained[room:], room=room)
-
-
-def after_drain_events(after: AfterDrain, warm_size: int) -> list[str]:
+def after_drain_events(after: warm_pool.AfterDrain, warm_size: int) -> list[str]:
     """The Event messages for :func:`after_drain`'s split (empty when nothing finished draining)."""
     events = []
     if after.returned:
@@ -202,8 +165,7 @@ def _relabel(
     ``roles``: each pod's role as observed (for the pods whose serving label alone changes);
     ``serve``: ``spec.warmPool.serve``.
     """
-    # A drained pod the warm pool has no room for is deleted next: it does not re-enter the Service.
-    serving = plan.label_serving | {n: False for n in removed if n in plan.label_serving}
+    serving = warm_pool.serving_labels(plan, removed)
 
     def labels(name: str, role: str) -> dict[str, str | None]:
         if name not in serving:
@@ -515,7 +477,7 @@ def reconcile(
     views = [pod_view(p, settings.sidecar_port) for p in pods]
     serve = pool.spec.warm_pool.serve
     plan = warm_pool.plan(views, desired_active, pool.spec.warm_pool.size, now_s, drain_timeout, serve)
-    after = after_drain(views, plan, pool.spec.warm_pool.size)
+    after = warm_pool.after_drain(views, plan, pool.spec.warm_pool.size)
     ips = {p.metadata.name: p.status.pod_ip for p in pods}
     roles = {v.name: v.role for v in views}
     token = names.drain_token(pool)

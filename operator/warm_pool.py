@@ -154,3 +154,48 @@ def plan(
         warm_ready=warm_ready,
         draining=len(still_draining),
     )
+
+
+@dataclass(frozen=True)
+class AfterDrain:
+    """Where the replicas that finished draining this reconcile go (pod names)."""
+
+    returned: list[str]  # kept as warm replicas
+    removed: list[str]  # the warm pool is full: the ReplicaSet deletes these
+    room: int  # warm replicas the warm pool still lacked (>= 0)
+
+
+def after_drain(views: list[PodView], plan: Plan, warm_size: int) -> AfterDrain:
+    """Split ``plan.return_to_warm`` into the replicas the warm pool keeps and those it has no room for.
+
+    The planner relabels every drained replica ``warm`` and lowers the Deployment by as many, so a
+    pool that shrinks by more replicas than its warm pool lacks deletes the surplus. The
+    ReplicaSet deletes not-Ready pods first and then the lowest pod-deletion-cost (kube-controller
+    -manager's ``ActivePodsWithRanks``; https://kubernetes.io/docs/concepts/workloads/controllers/replicaset/#pod-deletion-cost).
+    The room is the warm pool's size less its Ready warm replicas (a loading one goes before any
+    Ready one); drained replicas fill it Ready first, then longest-lived, and the rest keep the
+    draining cost, so they are the Ready pods deleted. Pure.
+    """
+    promoted = set(plan.promote)
+    ready_warm = sum(
+        1
+        for v in views
+        if v.ready
+        and not v.deleting
+        and v.name not in promoted
+        and v.role not in (constants.ROLE_ACTIVE, constants.ROLE_DRAINING)
+    )
+    room = max(0, warm_size - ready_warm)
+    by_name = {v.name: v for v in views}
+    drained = sorted(
+        plan.return_to_warm, key=lambda n: (not by_name[n].ready, by_name[n].created_s) if n in by_name else (True, 0.0)
+    )
+    return AfterDrain(returned=drained[:room], removed=drained[room:], room=room)
+
+
+def serving_labels(plan: Plan, removed: Iterable[str] = ()) -> dict[str, bool]:
+    """The ``tidegate.dev/serving`` labels to write this reconcile: ``plan.label_serving``, except that a
+    drained pod the warm pool has no room for (``removed``, :func:`after_drain`) stays ``false``: the
+    ReplicaSet deletes it next, so it does not re-enter the Service. Pure."""
+    gone = set(removed)
+    return plan.label_serving | {n: False for n in gone if n in plan.label_serving}

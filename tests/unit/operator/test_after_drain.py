@@ -4,8 +4,8 @@ import pytest
 
 from tidegate.api import constants
 from tidegate.operator import names
-from tidegate.operator.reconcile import _relabel, after_drain, after_drain_events
-from tidegate.operator.warm_pool import PodView, plan
+from tidegate.operator.reconcile import _relabel, after_drain_events
+from tidegate.operator.warm_pool import PodView, after_drain, plan
 
 pytestmark = pytest.mark.unit
 
