@@ -142,7 +142,7 @@ class WarmPoolSpec(ApiModel):
         description="Warm (loaded) replicas kept beside the active ones. 0 disables the warm pool.",
     )
     serve: bool = Field(
-        default=False,
+        default=True,
         description="Warm replicas take requests too (they are in the Service, labelled "
         "tidegate.dev/serving=true); the scaler sizes the active replicas from the load of every "
         "serving replica and keeps the warm ones on top as headroom. false: warm replicas stay "

@@ -153,8 +153,8 @@ class Scenario:
     scaling: ScalingSpec
     model: ModelSpec
     replica: ReplicaConfig
-    warm_pool: int = 1
-    warm_pool_serve: bool = False
+    warm_pool: int = WarmPoolSpec.model_fields["size"].default
+    warm_pool_serve: bool = WarmPoolSpec.model_fields["serve"].default
     """``spec.warmPool.serve``: the warm replicas are in the Service too (:mod:`~.cluster`)."""
     spikes: tuple[Spike, ...] = ()
     diurnal: Diurnal | None = None

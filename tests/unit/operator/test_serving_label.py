@@ -158,24 +158,24 @@ def _labels(pool: str, role: str, serving: str | None = None) -> dict[str, str]:
 def test_an_operator_upgrade_labels_the_pods_before_the_service_selects_the_label() -> None:
     # Pods of an operator before the serving label: the Service selected role=active.
     kube = _Kube({"a": _labels("p", ACTIVE), "w": _labels("p", WARM)})
-    _reconcile(kube, _pool())
+    _reconcile(kube, _pool(serve=False))
     # First reconcile: both pods labelled, and the Service still on role=active (the endpoints
     # controller may not have seen the labels yet: they are read back before the switch)
     assert kube.services == [{constants.LABEL_POOL: "p", constants.LABEL_ROLE: ACTIVE}]
     assert kube.pods["a"][SERVING] == "true" and kube.pods["w"][SERVING] == "false"
-    _reconcile(kube, _pool())
+    _reconcile(kube, _pool(serve=False))
     assert kube.services[-1] == {constants.LABEL_POOL: "p", SERVING: "true"}
     # The active pod was in the Service at every Service write, and never a warm one.
     assert [entry[1] for entry in kube.log if entry[0] == "service"] == [["a"], ["a"]]
-    _reconcile(kube, _pool())
+    _reconcile(kube, _pool(serve=False))
     assert kube.services[-1] == {constants.LABEL_POOL: "p", SERVING: "true"}  # and stays
 
 
 def test_flipping_serve_moves_the_warm_pod_in_and_out_of_the_service_without_touching_the_deployment() -> None:
     kube = _Kube({"a": _labels("p", ACTIVE, "true"), "w": _labels("p", WARM, "false")})
-    _reconcile(kube, _pool())
+    _reconcile(kube, _pool(serve=False))
     assert kube.log[-1] == ("service", ["a"])
-    _reconcile(kube, _pool(serve=True))
+    _reconcile(kube, _pool())  # serve unset: the default, true
     assert kube.log[-1] == ("service", ["a", "w"])  # the warm pod serves, in the same reconcile
     _reconcile(kube, _pool(serve=False))
     assert kube.log[-1] == ("service", ["a"])  # and leaves at once

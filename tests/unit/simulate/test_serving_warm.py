@@ -22,7 +22,8 @@ def _run(doc: dict, serve: bool, seed: int) -> core.Simulator:
 def test_the_scenario_takes_spec_warm_pool_as_the_api_writes_it() -> None:
     sc = scenario.parse({**BASE, "warm_pool": {"size": 2, "serve": True}})
     assert (sc.warm_pool, sc.warm_pool_serve) == (2, True)
-    assert (scenario.parse(BASE).warm_pool, scenario.parse(BASE).warm_pool_serve) == (1, False)
+    assert (scenario.parse(BASE).warm_pool, scenario.parse(BASE).warm_pool_serve) == (1, True)  # the API's defaults
+    assert scenario.parse({**BASE, "warm_pool": {"size": 1, "serve": False}}).warm_pool_serve is False
     with pytest.raises(scenario.ScenarioError, match="warm_pool"):
         scenario.parse({**BASE, "warm_pool": {"size": 1, "serves": True}})
 
