@@ -18,6 +18,12 @@ def _positive(kind: type):
     return parse
 
 
+def _serve_default() -> bool:
+    from tidegate.api.scaling import WarmPoolSpec
+
+    return WarmPoolSpec.model_fields["serve"].default
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``demo`` subcommand."""
     p = subparsers.add_parser(
@@ -31,6 +37,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--duration", type=_positive(float), default=120.0, metavar="SECONDS", help="default %(default)s")
     p.add_argument("--replicas", type=_positive(int), default=2, help="active replicas at the start, also minReplicas (default %(default)s)")  # fmt: skip
     p.add_argument("--warm", type=int, default=2, help="warm pool size (default %(default)s)")
+    p.add_argument("--warm-serve", action=argparse.BooleanOptionalAction, default=None,
+                   help="warm replicas take requests too (spec.warmPool.serve; default: the API's, "
+                   f"{str(_serve_default()).lower()})")  # fmt: skip
     p.add_argument("--max-replicas", type=_positive(int), default=8, help="maxReplicas (default %(default)s)")
     p.add_argument("--cold-start-s", type=float, default=20.0, metavar="SECONDS",
                    help="node + model load of a replica that is not warm (default %(default)s)")  # fmt: skip
@@ -56,7 +65,8 @@ def _run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         settings = scenario.DemoSettings(
-            duration_s=args.duration, replicas=args.replicas, warm=args.warm, max_replicas=args.max_replicas,
+            duration_s=args.duration, replicas=args.replicas, warm=args.warm,
+            serve=_serve_default() if args.warm_serve is None else args.warm_serve, max_replicas=args.max_replicas,
             cold_start_s=args.cold_start_s, poll_interval_s=args.poll_interval_s, cooldown_s=args.cooldown_s,
             seed=args.seed, live=not args.no_live, out=args.out,
         )  # fmt: skip

@@ -2,7 +2,8 @@
 
 Each arrival is one streamed chat completion (``stream: true``) sent at its time whatever happened
 to earlier ones, to the next endpoint of the Service in round-robin order (kube-proxy spreads
-connections; endpoints are the active pods that passed their readiness probe). The tenant and
+connections; endpoints are the pods the Service selects that passed their readiness probe: active
+ones, and warm ones under ``warmPool.serve``). The tenant and
 class travel in the headers the sidecar is configured to trust. The outcome is read from the
 answer: 200 and the time to the first streamed token, or the OpenAI error body's ``code`` (the
 admission reason). A ``not_active`` answer (the pod left the Service between the endpoint list
@@ -42,9 +43,11 @@ class LoadGenerator:
         clock: Callable[[], float],
         http: aiohttp.ClientSession,
         request_timeout_s: float = 60.0,
+        role_of: Callable[[str], str] | None = None,
     ) -> None:
         self.arrivals = arrivals
         self.endpoints = endpoints
+        self.role_of = role_of  # url -> the role of the pod there, recorded with each outcome
         self.timeline = timeline
         self.clock = clock
         self.http = http
@@ -91,6 +94,8 @@ class LoadGenerator:
             for _attempt in range(2):
                 if url is None:
                     break
+                if self.role_of is not None:
+                    outcome.role = self.role_of(url)
                 await self._send(url, arrival, outcome)
                 if outcome.reason != "not_active":
                     break

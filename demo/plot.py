@@ -2,7 +2,8 @@
 
 1. requests per second: offered, admitted, refused for capacity and refused by policy, with
    interactive solid and batch dashed;
-2. replicas: desired (spec.replicas), serving, warm, starting (GPUs held = all of them);
+2. replicas: desired (spec.replicas), serving (active, and warm under ``warmPool.serve``), active
+   (under ``warmPool.serve``), warm, starting (GPUs held = all of them);
 3. p99 TTFT of admitted interactive requests (5 s window) against the class SLO.
 
 Phases are shaded in every panel. Raises :class:`PlotsUnavailable` without matplotlib.
@@ -58,12 +59,17 @@ def write(settings: scenario.DemoSettings, timeline: Timeline, path: Path) -> Pa
                 ax1.plot(xs, _smooth(ys), style, color=_COLOURS[kind], label=f"{label}, {cls}")
     ax1.set_ylabel("requests / s (3 s mean)")
     ax1.legend(loc="upper left", fontsize=8, ncol=2)
-    fig.suptitle(f"tidegate demo: {settings.replicas} active + {settings.warm} warm replicas, cold start "
+    fig.suptitle(f"tidegate demo: {settings.replicas} active + {settings.warm} warm replicas"
+                 f"{' (serving)' if settings.serve and settings.warm else ''}, cold start "
                   f"{settings.cold_start_s:g} s, seed {settings.seed}", fontsize=10)  # fmt: skip
 
     ts = [r.t_s for r in timeline.replicas]
-    for attr, colour, label in (("desired", "black", "desired (spec.replicas)"), ("serving", "tab:green", "serving"),
-                                ("warm", "tab:blue", "warm"), ("starting", "tab:red", "starting (cold)")):  # fmt: skip
+    lines = [("desired", "black", "desired (spec.replicas)"),
+             ("serving", "tab:green", "serving (active + warm)" if settings.serve else "serving"),
+             ("warm", "tab:blue", "warm"), ("starting", "tab:red", "starting (cold)")]  # fmt: skip
+    if settings.serve:
+        lines.insert(2, ("active", "tab:olive", "active"))
+    for attr, colour, label in lines:
         ax2.step(ts, [getattr(r, attr) for r in timeline.replicas], where="post", color=colour, label=label,
                  lw=2 if attr in ("desired", "serving") else 1.2)  # fmt: skip
     for e in timeline.scale_events:

@@ -93,7 +93,9 @@ async def run(settings: scenario.DemoSettings, console: Console) -> Result:
         pool = Pool(settings, config_file, Path(workdir), clock, timeline, pod_source, http)
         try:
             keda = KedaStandIn(f"127.0.0.1:{port}", settings, pool, timeline, clock, lambda: decisions.get("text", ""))
-            load = LoadGenerator(scenario.arrivals(settings), pool.endpoints, timeline, clock, http)
+            load = LoadGenerator(
+                scenario.arrivals(settings), pool.endpoints, timeline, clock, http, role_of=pool.role_of
+            )
             await pool.start()
             t0 = time.monotonic()  # the scenario's clock starts with the pool in place
             timeline.replicas.append(pool.sample())

@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tidegate.api.scaling import WarmPoolSpec
+
 POOL = "demo"
 NAMESPACE = "demo"
 MODEL = "sim-llama-3.1-8b"
@@ -99,6 +101,7 @@ class DemoSettings:
     duration_s: float = 120.0
     replicas: int = 2  # active at the start (and minReplicas)
     warm: int = 2  # warm pool size
+    serve: bool = WarmPoolSpec.model_fields["serve"].default  # spec.warmPool.serve: warm replicas take requests too
     max_replicas: int = 8
     cold_start_s: float = 20.0  # node + model load of a replica that is not warm
     seed: int = 7

@@ -44,12 +44,14 @@ class Outcome:
     kind: str
     reason: str = ""
     ttft_s: float | None = None
+    role: str = ""  # the role of the pod its last attempt went to, when sent ("" without one)
 
 
 @dataclass(frozen=True)
 class ReplicaSample:
-    """The pool at ``t_s``: ``desired`` (spec.replicas), ``serving`` (active and in the Service),
-    ``warm`` (loaded, ready to promote), ``starting`` (cold: node + model load), ``pods`` (all, each a GPU)."""
+    """The pool at ``t_s``: ``desired`` (spec.replicas), ``serving`` (in the Service: active pods, and
+    warm ones under ``warmPool.serve``), ``warm`` (loaded, ready to promote), ``starting`` (cold: node +
+    model load), ``pods`` (all, each a GPU), ``active`` (active and in the Service)."""
 
     t_s: float
     desired: int
@@ -57,6 +59,7 @@ class ReplicaSample:
     warm: int
     starting: int
     pods: int
+    active: int = 0
 
 
 @dataclass(frozen=True)

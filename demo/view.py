@@ -1,7 +1,8 @@
 """The demo's terminal output: the live view (rich), plain progress lines for CI logs, the summary.
 
 Live (default): one panel redrawn twice a second with the last 5 s of offered / admitted /
-refused (capacity vs policy) per second, replicas serving / warm / starting and desired, p99 TTFT
+refused (capacity vs policy) per second, replicas serving (of them active, under ``warmPool.serve``) /
+warm / starting and desired, p99 TTFT
 of interactive requests, the scaler's last decision text and the latest events. ``--no-live``:
 one plain line every 5 s instead (no cursor movement). The summary (:func:`print_summary`) is
 plain rich tables either way.
@@ -79,7 +80,8 @@ class LiveView:
         return (
             f"t={self.clock():5.1f}s {phase:<6} offered {r.get('offered', 0):5.1f}/s admitted {r.get(ADMITTED, 0):5.1f}/s "
             f"refused capacity {r.get(CAPACITY, 0):4.1f}/s policy {r.get(POLICY, 0):4.1f}/s | replicas serving "
-            f"{rep.serving} warm {rep.warm} starting {rep.starting} desired {rep.desired} | p99 TTFT "
+            f"{rep.serving}{f' ({rep.active} active)' if self.s.serve else ''} warm {rep.warm} starting {rep.starting} "
+            f"desired {rep.desired} | p99 TTFT "
             f"{_secs(p99)} | {self.timeline.last_decision}"
         )
 
@@ -97,7 +99,8 @@ class LiveView:
             traffic.add_row(Text(label, style=style), *cells, f"{r.get(kind, 0):.1f}")
         slo = self.s.size.interactive_slo_ms / 1000
         replicas = Text.from_markup(
-            f"replicas: serving [bold green]{rep.serving}[/] · warm [blue]{rep.warm}[/] · starting (cold) "
+            f"replicas: serving [bold green]{rep.serving}[/]{f' ({rep.active} active)' if self.s.serve else ''}"
+            f" · warm [blue]{rep.warm}[/]{' (serving too)' if self.s.serve else ''} · starting (cold) "
             f"[red]{rep.starting}[/] · desired (spec.replicas) [bold]{rep.desired}[/] · GPUs held {rep.pods}\n"
             f"p99 TTFT, interactive ({WINDOW_S} s): [bold]{_secs(p99)}[/] (SLO {slo:g} s)"
         )
@@ -105,7 +108,7 @@ class LiveView:
             f"t={e.t_s:5.1f}s scale {e.before} -> {e.after}" + (f" ({e.hpa})" if e.hpa else "")
             for e in self.timeline.scale_events[-3:]
         ] + [
-            f"t={p.t_s:5.1f}s {p.pod} serving ({p.kind}, {p.seconds:.1f} s after the scale write)"
+            f"t={p.t_s:5.1f}s {p.pod} active ({p.kind}, {p.seconds:.1f} s after the scale write)"
             for p in self.timeline.promotions[-3:]
         ]
         body = Group(
@@ -155,7 +158,7 @@ def print_summary(settings: scenario.DemoSettings, timeline: Timeline, console: 
     for e in timeline.scale_events:
         d.add_row(f"{e.t_s:.1f} s", f"{e.before} -> {e.after}", e.text, e.hpa)
     console.print(d)
-    pr = Table(title="Promotions (scale write -> serving)", box=box.SIMPLE_HEAD)
+    pr = Table(title="Promotions (scale write -> serving as active)", box=box.SIMPLE_HEAD)
     for col in ("t", "pod", "kind", "seconds"):
         pr.add_column(col)
     for p in timeline.promotions:
@@ -164,7 +167,8 @@ def print_summary(settings: scenario.DemoSettings, timeline: Timeline, console: 
     held, serving = timeline.gpu_seconds()
     peak = max((r.pods for r in timeline.replicas), default=0)
     console.print(
-        f"GPU-seconds: {held:.0f} held (serving {serving:.0f}, the rest warm or loading): on average "
+        f"GPU-seconds: {held:.0f} held (serving {serving:.0f}, the rest "
+        f"{'loading or draining' if settings.serve else 'warm or loading'}): on average "
         f"{held / settings.duration_s:.1f} GPUs, peak {peak}; keeping the peak for the whole run: "
         f"{peak * settings.duration_s:.0f}",
         highlight=False,

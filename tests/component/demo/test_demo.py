@@ -38,7 +38,7 @@ async def test_short_demo_shows_the_loop_and_cleans_up(tmp_path) -> None:
     # a warm replica serves within seconds of the scale write
     warm = [p for p in tl.promotions if p.kind == "warm"]
     assert warm and min(p.seconds for p in warm) < 3.0, tl.promotions
-    assert max(r.serving for r in tl.replicas) > settings.replicas
+    assert max(r.active for r in tl.replicas) > settings.replicas  # promoted: more active pods in the Service
 
     # the noisy tenant: refused by policy only (429 tenant_rate), and it buys no replica
     loud = [o for o in tl.outcomes if o.tenant == scenario.NOISY and noisy.start_s <= o.t_s < noisy.end_s]

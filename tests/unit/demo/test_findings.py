@@ -4,8 +4,9 @@ import io
 
 from rich.console import Console
 
+from tidegate.api.constants import ROLE_ACTIVE, ROLE_WARM
 from tidegate.demo import findings, scenario, view
-from tidegate.demo.timeline import ADMITTED, Outcome, Timeline
+from tidegate.demo.timeline import ADMITTED, Outcome, Promotion, Timeline
 
 
 def _spike(s: scenario.DemoSettings) -> scenario.Phase:
@@ -50,3 +51,32 @@ def test_no_admitted_interactive_request_is_not_a_pass() -> None:
     s = scenario.DemoSettings(duration_s=100)
     got = findings.interactive_ttft(s, Timeline(), _spike(s))
     assert not got.ok and "no interactive request admitted" in got.text
+
+
+def test_under_warm_pool_serve_the_checklist_says_whether_the_burst_reached_the_warm_replicas() -> None:
+    # Input: warmPool.serve; the spike's first 2 s go round robin to an active and a warm replica,
+    # the scale write promotes the warm one 0.2 s later (a relabel, it is already serving).
+    s = scenario.DemoSettings(duration_s=100, serve=True)
+    spike = _spike(s)
+    sent = [spike.start_s + 0.25 * i for i in range(8)]
+    roles = [ROLE_ACTIVE, ROLE_WARM] * 4
+    tl = Timeline(
+        outcomes=[
+            Outcome(t, "acme", scenario.INTERACTIVE, ADMITTED, ttft_s=0.3, role=r)
+            for t, r in zip(sent, roles, strict=True)
+        ],
+        promotions=[Promotion(spike.start_s + 2, "demo-2", "warm", 0.2)],
+    )
+    got = [f for f in findings.findings(s, tl) if "warm replica" in f.text]
+    assert got[0].ok and got[0].text.startswith(
+        "warm replicas took the burst before any promotion: 4 of the 8 requests sent in the spike's first 2.0 s "
+        "went to one (2 of 4 in its first second)"
+    )
+    assert (
+        got[1].ok and "1 warm replica(s) promoted in place 0.2 s after the scale write (already serving)" in got[1].text
+    )
+    # the same run with every request on the active replica: the warm one took none of the burst
+    for o in tl.outcomes:
+        o.role = ROLE_ACTIVE
+    got = [f for f in findings.findings(s, tl) if "warm replicas took the burst" in f.text]
+    assert not got[0].ok and "0 of the 8" in got[0].text

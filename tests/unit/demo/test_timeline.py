@@ -60,7 +60,7 @@ def test_gpu_seconds_count_every_pod() -> None:
 
 
 def _story(noisy_kind: str, noisy_up: bool) -> tuple[scenario.DemoSettings, Timeline]:
-    s = scenario.DemoSettings(duration_s=100)
+    s = scenario.DemoSettings(duration_s=100, serve=False)  # warm replicas serve once promoted only
     spike = next(p for p in scenario.phases(s) if p.name == "spike")
     noisy = next(p for p in scenario.phases(s) if p.name == "noisy")
     outcomes = [
