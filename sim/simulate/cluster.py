@@ -15,7 +15,7 @@ warm pool (a relabel, as for a promotion). A promoted warm pod serves on without
 Deployment semantics (the ReplicaSet): too few live pods -> create pending ones; too many -> delete
 warm pods in the ReplicaSet's order (kube-controller-manager ``ActivePodsWithRanks``): not Ready
 first, then the lowest ``controller.kubernetes.io/pod-deletion-cost``, then the newest. The operator
-(``tidegate.operator.reconcile.after_drain``) leaves a drained pod the warm pool has no room for
+(``tidegate.operator.warm_pool.after_drain``) leaves a drained pod the warm pool has no room for
 (Ready warm pods already fill it) at the draining cost, below a warm pod's, so the drained pod, which
 holds nothing in flight (or ran past the drain timeout), goes before any warm one, serving or not;
 the pods it keeps are Ready first, then the longest-lived. Active and draining pods are never deleted
@@ -162,7 +162,7 @@ class Pool:
         for name in plan.drain:
             pod = by_name[name]
             pod.role, pod.serving, pod.draining_since_s = constants.ROLE_DRAINING, False, now_s
-        removed = set(_no_room(views, plan, warm_size))
+        removed = set(warm_pool.after_drain(views, plan, warm_size).removed)  # as the operator marks them
         for name in plan.return_to_warm:
             pod = by_name[name]
             pod.role, pod.draining_since_s = constants.ROLE_WARM, None
@@ -185,20 +185,3 @@ class Pool:
     def gpu_hours(self, end_s: float) -> float:
         """GPU-hours held within ``[0, end_s]``."""
         return sum(p.gpu_seconds(end_s) for p in self.pods) * self.cluster.gpus_per_replica / 3600.0
-
-
-def _no_room(views: list[warm_pool.PodView], plan: warm_pool.Plan, warm_size: int) -> list[str]:
-    """The pods of ``plan.return_to_warm`` the warm pool has no room for, as the operator chooses them
-    (``tidegate.operator.reconcile.after_drain``, which imports the Kubernetes client and so is not
-    imported here): the room is ``warm_size`` less the Ready warm pods not promoted; drained pods fill
-    it Ready first, then longest-lived; the rest keep the draining pod-deletion-cost."""
-    promoted = set(plan.promote)
-    ready_warm = sum(
-        1
-        for v in views
-        if v.ready and v.name not in promoted and v.role not in (constants.ROLE_ACTIVE, constants.ROLE_DRAINING)
-    )
-    room = max(0, warm_size - ready_warm)
-    by_name = {v.name: v for v in views}
-    drained = sorted(plan.return_to_warm, key=lambda n: (not by_name[n].ready, by_name[n].created_s))
-    return drained[room:]
