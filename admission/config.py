@@ -237,13 +237,14 @@ def read_labels(labels_file: str | os.PathLike[str] | None) -> PodLabels:
     read once, so the two come from the same version of the file (the kubelet swaps it whole).
 
     No file configured, or no role label: role ``active`` (a pod not managed by the operator serves).
-    An unreadable configured file: role ``unknown`` (not ready: better out of the Service than wrong).
+    An unreadable configured file (missing, a directory, not UTF-8): role ``unknown`` (not ready:
+    better out of the Service than wrong).
     """
     if labels_file is None:
         return PodLabels("active")
     try:
         text = pathlib.Path(labels_file).read_text(encoding="utf-8")
-    except OSError:
+    except (OSError, UnicodeDecodeError):  # never raise: the reload that calls this also reloads the config
         return PodLabels("unknown")
     labels = {}
     for line in text.splitlines():
@@ -273,6 +274,10 @@ class SidecarSettings:
     drain_grace_s: float | None = None  # None: the config's requestTimeoutSeconds
     tick_s: float = 0.05
     reload_s: float = 1.0
+    # How long an operator's push (PUT /tidegate/role) outranks an unchanged labels file. The kubelet
+    # rewrites the file on its periodic sync (KubeletConfiguration syncFrequency, default 1 m); a
+    # push the file has not confirmed by then was lost or reverted, and the file is the truth.
+    push_hold_s: float = 120.0
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None, **flags: object) -> "SidecarSettings":

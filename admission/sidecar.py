@@ -47,7 +47,7 @@ handler starting (a total deadline, so trickling a byte at a time does not exten
 Roles: requests are taken in the ``active`` role, and in the ``warm`` one when the pod's
 ``tidegate.dev/serving`` label is ``"true"`` (``spec.warmPool.serve``: the Service sends warm pods
 requests too); otherwise 503 ``not_active``. Both are read from the downward-API labels file and
-from the operator's push (``PUT /tidegate/role``), which holds until the file changes.
+from the operator's push (``PUT /tidegate/role``), which holds until the file changes (``push_hold_s`` at most).
 
 Draining (SIGTERM, or ``POST``/``GET /tidegate/drain[?wait=true]`` from a preStop hook): new requests get 503 ``not_active`` with
 ``Retry-After: 1``, readiness turns false, queued and in-flight requests finish; on SIGTERM the
@@ -189,8 +189,9 @@ class Sidecar:
         self.role = labels.role
         self.in_service = labels.serving  # the tidegate.dev/serving label; None: not labelled
         # A role and serving state pushed by the operator (PUT /tidegate/role), with the file's at that
-        # moment: it holds until the labels file changes (the kubelet refreshes it only on its sync).
-        self._pushed: tuple[PodLabels, PodLabels] | None = None
+        # moment and when: it holds until the labels file changes (the kubelet refreshes it only on its
+        # sync), or for settings.push_hold_s at most (a lost push must not hold for good).
+        self._pushed: tuple[PodLabels, PodLabels, float] | None = None
         self.api_keys = ApiKeys(settings.api_keys_dir)
         self.draining = False
         self.backend_healthy = True
@@ -601,7 +602,8 @@ class Sidecar:
         """``PUT /tidegate/role`` ``{"role": "active"|"warm"|"draining", "serving": true|false}``: the
         operator's relabel (``serving``: the ``tidegate.dev/serving`` label, optional), applied at once.
         The downward-API labels file says the same later (the kubelet rewrites it only on its
-        periodic sync, up to about a minute); until it changes, the push holds."""
+        periodic sync, up to about a minute); until it changes, the push holds, for
+        ``push_hold_s`` at most (a push the file never confirms was lost or reverted)."""
         if not self._trusted(request):
             return _forbidden("changing the role needs the pod's token")
         try:
@@ -617,7 +619,7 @@ class Sidecar:
                            "param": param}},
                 status=400,
             )  # fmt: skip
-        self._pushed = (PodLabels(role, serving), read_labels(self.settings.labels_file))
+        self._pushed = (PodLabels(role, serving), read_labels(self.settings.labels_file), self.clock())
         self.role, self.in_service = role, serving
         return web.json_response({"role": self.role, "serving": self.serving, "draining": self.draining})
 
@@ -728,9 +730,18 @@ class Sidecar:
 
     def _reload(self) -> None:
         from_file = read_labels(self.settings.labels_file)
-        if self._pushed is not None and self._pushed[1] == from_file:
-            pushed = self._pushed[0]  # the file has not caught up with the push yet
-            self.role, self.in_service = pushed.role, pushed.serving
+        pushed = self._pushed
+        if pushed is not None and pushed[1] == from_file and self.clock() - pushed[2] >= self.settings.push_hold_s:
+            # e.g. serve flipped off and on again within one kubelet sync, the second push lost: the
+            # file never changes, and the stale push would refuse requests the Service keeps sending
+            log.warning(
+                "the pushed role %s (serving %s) was not confirmed by the labels file in %g s: following the "
+                "file (role %s, serving %s)", pushed[0].role, pushed[0].serving, self.settings.push_hold_s,
+                from_file.role, from_file.serving,
+            )  # fmt: skip
+            pushed = None
+        if pushed is not None and pushed[1] == from_file:
+            self.role, self.in_service = pushed[0].role, pushed[0].serving  # the file has not caught up yet
         else:
             self._pushed, self.role, self.in_service = None, from_file.role, from_file.serving
         if self.api_keys.reload():

@@ -78,3 +78,34 @@ def test_the_serving_label_is_read_with_the_role(tmp_path) -> None:
     assert config.read_labels(labels) == config.PodLabels("warm", False)
     labels.write_text('tidegate.dev/role="active"\n')  # pods of an operator before the label
     assert config.read_labels(labels) == config.PodLabels("active", None)
+
+
+async def test_a_push_the_labels_file_never_confirms_gives_way_to_the_file(
+    start_sim, start_sidecar, http, tmp_path
+) -> None:
+    """``serve`` flipped off and on again within one kubelet sync, the second push lost (or the operator
+    restarted between its patch and its push): the labels file still says ``serving="true"``, as at the
+    first push, so it never changes; the pod stays Ready (``/tidegate/ready``) and labelled, so the Service
+    keeps sending it requests. The push must not refuse them for good: the file wins after ``push_hold_s``
+    (before: 503 ``not_active`` until the process restarted)."""
+    sim = await start_sim(decode_tokens_per_s=1000)
+    labels = tmp_path / "labels"
+    labels.write_text(WARM_SERVING)
+    sidecar = await start_sidecar(sim.url, labels_file=str(labels), reload_s=0.05, push_hold_s=0.5)
+    async with http.put(f"{sidecar.url}/tidegate/role", json={"role": "warm", "serving": False}) as resp:
+        assert resp.status == 200
+    async with http.post(f"{sidecar.url}/v1/chat/completions", json=chat(max_tokens=2)) as resp:
+        assert resp.status == 503  # the push applies at once, ahead of the file
+    await eventually(lambda: sidecar.serving, timeout_s=3.0, what="the unconfirmed push to give way to the file")
+    async with http.post(f"{sidecar.url}/v1/chat/completions", json=chat(max_tokens=2)) as resp:
+        assert resp.status == 200
+    async with http.get(f"{sidecar.url}/readyz") as ready:
+        assert ready.status == 200
+
+
+def test_a_labels_file_that_is_not_utf8_reads_as_unknown_rather_than_raising(tmp_path) -> None:
+    """The reload reads the labels before the config and the API keys: a raise there stopped both
+    reloading (and the sidecar from starting), logging a traceback every second."""
+    labels = tmp_path / "labels"
+    labels.write_bytes(b'tidegate.dev/role="warm"\ntidegate.dev/serving="\xff"\n')
+    assert config.read_labels(labels) == config.PodLabels("unknown")
