@@ -52,7 +52,7 @@ def add_arguments(parser: argparse.ArgumentParser, env: Mapping[str, str] = os.e
         "--pods",
         default=e("pods"),
         help="'kubernetes' (watch pods labelled tidegate.dev/pool) or a JSON file "
-        '{"NAMESPACE/POOL": [{"name", "url", "role", "ready"}]} (default %(default)s)',
+        '{"NAMESPACE/POOL": [{"name", "url", "role", "ready", "serving"}]} (default %(default)s)',
     )
     parser.add_argument("--kubeconfig", default=e("kubeconfig"), help="kubeconfig file (default: in-cluster, then ~)")
     parser.add_argument("--sidecar-timeout-s", type=float, default=e("sidecar_timeout_s"), help="per-pod stats timeout")
@@ -106,6 +106,13 @@ def _static_pods(path: str):
     source = StaticPodSource()
     for key, pods in doc.items():
         namespace, _, pool = key.partition("/")
+        for pod in pods:
+            for flag in ("ready", "serving"):  # the string "false" is truthy: never a silent yes
+                if not isinstance(pod.get(flag, False), bool):
+                    raise SystemExit(
+                        f"tidegate scaler: {path}: {key} pod {pod.get('name')!r}: {flag} must be true or false, "
+                        f"not {pod[flag]!r}"
+                    )
         source.set(namespace, pool, [PodInfo(**p) for p in pods])
     return source
 

@@ -69,3 +69,22 @@ async def test_scaler_process_serves_and_stops_cleanly(tmp_path: pathlib.Path) -
             proc.send_signal(signal.SIGTERM)
             _, stderr = await asyncio.wait_for(proc.communicate(), 30)
         assert proc.returncode == 0, stderr.decode()
+
+
+def test_static_pods_with_a_flag_that_is_not_a_boolean_are_refused_by_name(tmp_path: pathlib.Path) -> None:
+    """``"serving": "false"`` in a static pods file is a truthy string: the scaler counted the warm pod's
+    load and budget as serving (and ``"ready": "false"`` as Ready) and served on; now it exits naming
+    the field (before: it served, so this timed out)."""
+    import subprocess
+
+    pods = tmp_path / "pods.json"
+    pods.write_text(
+        json.dumps({"ns/small": [{"name": "w-0", "url": "http://127.0.0.1:1", "role": "warm", "serving": "false"}]})
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "tidegate.cli.main", "scaler", "--listen", f"127.0.0.1:{_free_port()}",
+         "--pods", str(pods), "--metrics-port", "0"],
+        capture_output=True, text=True, timeout=30, check=False,
+    )  # fmt: skip
+    assert proc.returncode != 0
+    assert "'w-0': serving must be true or false, not 'false'" in proc.stderr
