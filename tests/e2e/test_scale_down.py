@@ -1,5 +1,6 @@
 """Load stops: the pool scales down after the cooldown, and the replica taken out of service
-finishes the stream it was serving (draining, not cut).
+finishes the stream it was serving (draining, not cut). The warm replica serves (the default
+``spec.warmPool.serve``): it holds a stream too, and keeps serving through the scale-down.
 
 Scaled by the KEDA stand-in (tests/e2e/harness/keda.py), not the real KEDA and HPA: the HPA's
 scale-down stabilisation window is 300 s at least (the operator writes max(cooldown, 300 s)) and
@@ -38,9 +39,13 @@ async def test_scale_down_after_cooldown_keeps_in_flight_streams(pools, endpoint
         await traffic
         stopped = time.monotonic()  # the last request was sent
         await client.drain()
-        # One long stream on each serving replica, started before any scale-down.
+        # One long stream on each serving replica, started before any scale-down: the two active
+        # replicas and the serving warm one.
         urls = endpoints(name)()
-        assert len(urls) == 2
+        assert len(urls) == 3
+        running = pools.launcher.agent.running(name).values()
+        warm_url = next(p.url for p in running if p.role == constants.ROLE_WARM)
+        assert warm_url in urls
         streams = {url: client.start("acme", LONG_TOKENS, url=url) for url in urls}
 
         def scaled_down():
@@ -64,8 +69,13 @@ async def test_scale_down_after_cooldown_keeps_in_flight_streams(pools, endpoint
 
     # Every stream ran to its end: all tokens and the [DONE] marker, including the drained replica's.
     assert all(r.status == 200 and r.tokens == LONG_TOKENS and r.done for r in results), results
-    # Then the drained replica goes back to the warm pool: one active, one warm.
+    # Then the pool is one active and one warm replica, the warm one serving: two endpoints. The
+    # warm pool was full, so the drained replica is the one removed (its GPU freed), not a warm one.
+    wait_for(lambda: drained.name not in pools.roles(name), timeout_s=30, what="the drained replica removed")
     pools.wait_serving(name, active=1, warm=1, timeout_s=30)
+    wait_for(lambda: len(endpoints(name)()) == 2, timeout_s=15, what="the active and the warm replica serving")
+    assert warm_url in endpoints(name)(), "the warm replica kept serving through the scale-down"
     print(f"\nload stopped -> scale-down write {write.t_s - stopped:.1f} s (cooldown {COOLDOWN_S} s); "
           f"write -> draining seen {drain_seen - write.t_s:.2f} s; drained stream ended "
-          f"{results[list(streams).index(drained.url)].ended_s - drain_seen:.1f} s after draining began")  # fmt: skip
+          f"{results[list(streams).index(drained.url)].ended_s - drain_seen:.1f} s after draining began, "
+          f"then removed (the serving warm pool full)")  # fmt: skip
