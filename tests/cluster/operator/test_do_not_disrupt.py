@@ -186,8 +186,14 @@ def test_a_node_the_warm_pool_left_empty_is_not_disrupted_once_a_serving_replica
             interval_s=0.5,
             what="the new replica placed",
         )
-        assert landed.spec.node_name == empty_node, (landed.spec.node_name, empty_node)
         landed_after_s = time.monotonic() - emptied
+        # If it did not land there, say when, and what the NodePool's nodes were then: a node of the
+        # pool made since, or the empty one tainted for disruption, shows the replica came too late.
+        nodes = [
+            (n.metadata.name, f"{n.metadata.creation_timestamp:%H:%M:%S}", [t.key for t in n.spec.taints or []])
+            for n in c.core.list_node(label_selector=f"karpenter.sh/nodepool={c.node_pool}").items
+        ]
+        assert landed.spec.node_name == empty_node, (landed.spec.node_name, empty_node, landed_after_s, nodes)
 
         since = time.monotonic()
         while time.monotonic() - since < CONSOLIDATE_AFTER_S + 45:
