@@ -672,7 +672,7 @@ class Sidecar:
         age, capacity = engine.telemetry_age_s(), engine.backend_capacity or BackendCapacity()
         return stats.StatsSnapshot(
             pool=self.config.pool, pod=self.settings.pod, role="draining" if self.draining else self.role,
-            instance_id=self.instance_id, started_at_s=self.started_at_s, time_s=time.time(),
+            serving=self.serving, instance_id=self.instance_id, started_at_s=self.started_at_s, time_s=time.time(),
             admitted_total=counters.admitted_total, admitted_demoted_total=counters.admitted_demoted_total,
             admitted_tokens_total=counters.admitted_tokens_total, completed_total=counters.completed_total,
             rejected_total=dict(counters.rejected_total), tenants=tenants,

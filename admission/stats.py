@@ -7,7 +7,7 @@ a decrease); gauges are current values. The scaler turns two snapshots into rate
 
 Shape (JSON, snake_case)::
 
-    {"schema_version": 1, "pool": "small", "pod": "small-7d9f-x", "role": "active",
+    {"schema_version": 1, "pool": "small", "pod": "small-7d9f-x", "role": "active", "serving": true,
      "instance_id": "9f0c...", "started_at_s": 1764480000.0, "time_s": 1764480123.4,
      "admitted_total": 812, "admitted_demoted_total": 40, "admitted_tokens_total": 951234,
      "completed_total": 790,
@@ -50,6 +50,11 @@ where it does not): ``backend_kv_capacity_tokens`` (vLLM ``num_gpu_blocks`` x ``
 context per slot, TGI ``max_total_tokens``), ``backend_max_requests`` (TGI ``max_concurrent_requests``). ``config_warnings``: each way the pool's config promises
 more than the server reports holding (``telemetry.config_mismatches``; each is also logged once as a
 WARNING). A document without these fields (an older sidecar) reads as telemetry ok and nothing known.
+
+``serving`` says whether the replica takes requests now: the ``active`` role, or ``warm`` with the pod
+labelled ``tidegate.dev/serving=true`` (``spec.warmPool.serve``), not draining and sized; null from an
+older sidecar. The scaler reads who is in the Service from the pod labels, not from this field: it is
+for an operator reading the stats (a serving warm replica reports ``role: warm``).
 
 ``shed_total`` counts admitted requests aborted in flight for running far past their prediction
 (``shedAfterMultiple``); it is not demand and no scaling input, only what an operator reads.
@@ -107,6 +112,7 @@ class StatsSnapshot(BaseModel):
     pool: str = ""
     pod: str = ""
     role: str = "active"
+    serving: bool | None = None
     instance_id: str
     started_at_s: float
     time_s: float

@@ -24,6 +24,8 @@ async def test_a_warm_sidecar_labelled_serving_admits_requests_and_is_ready(
     async with http.post(sidecar.url + "/v1/chat/completions", json=chat(max_tokens=2)) as resp:
         assert resp.status == 200
     assert sidecar.snapshot().role == "warm"  # still counted as a warm replica
+    async with http.get(sidecar.url + "/tidegate/stats") as resp:  # and says it serves
+        assert (await resp.json())["serving"] is True
     # spec.warmPool.serve flipped to false: the warm replica refuses again, as before
     labels.write_text(WARM_NOT_SERVING)
     await eventually(lambda: sidecar.in_service is False, what="the serving label reloaded")
@@ -33,6 +35,8 @@ async def test_a_warm_sidecar_labelled_serving_admits_requests_and_is_ready(
         assert resp.status == 503
         assert error_of(await resp.json())["code"] == "not_active"
         assert resp.headers["Retry-After"] == "1"
+    async with http.get(sidecar.url + "/tidegate/stats") as resp:
+        assert (await resp.json())["serving"] is False
 
 
 async def test_a_warm_sidecar_labelled_not_serving_refuses_503_not_active(
