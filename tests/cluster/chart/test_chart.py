@@ -198,6 +198,11 @@ def _hand_crd_back(kubectl, release: str) -> None:
         kubectl("label", "crd", CRD, "app.kubernetes.io/managed-by-", "app.kubernetes.io/instance-")
 
 
+def _scaler_ready(api_client, kubectl, namespace: str, release: str) -> int | None:
+    objects = _release_objects(api_client, kubectl, namespace, release)
+    return objects[f"Deployment/{release}-tidegate-scaler"]["status"].get("readyReplicas")
+
+
 def test_install_upgrade_uninstall(helm, kubectl, api_client, namespace) -> None:
     release = f"tg-{uuid.uuid4().hex[:8]}"
     try:
@@ -212,7 +217,11 @@ def test_install_upgrade_uninstall(helm, kubectl, api_client, namespace) -> None
             f"ServiceAccount/{release}-tidegate-scaler",
             f"ConfigMap/{release}-tidegate-dashboard",
         } <= set(objects)
-        assert objects[f"Deployment/{release}-tidegate-scaler"]["status"].get("readyReplicas") == 2
+        # helm's --wait takes a Deployment as ready at replicas - maxUnavailable ready pods (a CI run
+        # saw 1 of 2): wait for both, as after the upgrade below.
+        wait_for(
+            lambda: _scaler_ready(api_client, kubectl, namespace, release) == 2, timeout_s=60, what="2 scaler replicas"
+        )
 
         # What the API server holds is exactly the operator's and the scaler's one definition.
         role = json.loads(kubectl("get", "clusterrole", f"{release}-tidegate-operator", "-o", "json").stdout)
@@ -247,12 +256,7 @@ def test_install_upgrade_uninstall(helm, kubectl, api_client, namespace) -> None
             "--wait", "--timeout", "180s",
         )  # fmt: skip
         wait_for(
-            lambda: (
-                _release_objects(api_client, kubectl, namespace, release)[f"Deployment/{release}-tidegate-scaler"][
-                    "status"
-                ].get("readyReplicas")
-                == 3
-            ),
+            lambda: _scaler_ready(api_client, kubectl, namespace, release) == 3,
             timeout_s=60,
             what="3 scaler replicas after the upgrade",
         )

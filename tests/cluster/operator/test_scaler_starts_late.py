@@ -140,9 +140,15 @@ def test_scaled_object_written_before_the_scaler_listens_gets_the_external_metri
 
         wait_for(scaled_to_desired, timeout_s=120, interval_s=1, what=f"the HPA writes /scale {DESIRED}")
         scale_after_s = time.monotonic() - up
-        hpa = autoscaling.read_namespaced_horizontal_pod_autoscaler("keda-hpa-late", namespace)
+        # The HPA controller writes /scale, then its own status (a separate update, retried on the
+        # next sync when it conflicts): a CI run read the status still empty right after the write.
+        hpa = wait_for(
+            lambda: (h := autoscaling.read_namespaced_horizontal_pod_autoscaler("keda-hpa-late", namespace))
+            and h.status.desired_replicas == DESIRED
+            and h,
+            timeout_s=30, interval_s=0.5, what=f"the HPA's status saying {DESIRED}",
+        )  # fmt: skip
         assert hpa.metadata.uid == hpa_uid, "the HPA was recreated"
-        assert hpa.status.desired_replicas == DESIRED
         active = {c.type: (c.status, c.reason) for c in hpa.status.conditions or []}
         assert active["ScalingActive"] == ("True", "ValidMetricFound"), active
         assert active["AbleToScale"][0] == "True", active
