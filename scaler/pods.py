@@ -58,6 +58,12 @@ class PodInfo:
         A draining pod never is, whatever its label: it left the Service to finish what it holds."""
         return self.active or (self.warm and self.serving)
 
+    @property
+    def load_counts(self) -> bool:
+        """Its stats are read and its load counts (:func:`tidegate.scaler.rates.observe`): every active
+        pod, ready or starting, and a pod in the Service once Ready."""
+        return self.active or (self.in_service and self.ready)
+
 
 class PodSource(Protocol):
     """Lists a pool's pods. Implementations: :class:`StaticPodSource`, ``kube.KubernetesPodSource``."""

@@ -121,7 +121,7 @@ class PrometheusSignals:
         self._url_of[target.key] = url
         pods = await self.pods.pods(target.namespace, target.pool)
         active = [p for p in pods if p.active]
-        serving_warm = [p for p in pods if p.warm and p.in_service and p.ready]
+        serving_warm = [p for p in pods if p.load_counts and not p.active]
         warm = sum(1 for p in pods if p.warm and p.ready)
         loading = rates.loading(pods, target.warm_pool_size)
         if not active and not serving_warm:

@@ -229,7 +229,7 @@ def observe(
                 warm_serving += 1
         if pod.active:
             active += 1
-        elif not (pod.in_service and pod.ready):
+        elif not pod.load_counts:
             continue
         snap = current.get(pod.name)
         # A clock that is not finite, or off by more than the staleness bound either way, is no

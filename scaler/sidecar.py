@@ -103,8 +103,7 @@ class SidecarSignals:
         if memory is None or memory.history.keep_s != 2 * window:
             history = rates.SampleHistory(keep_s=2 * window, min_spacing_s=window / 8)
             memory = self._pools[target.key] = _PoolMemory(history)
-        # every pod whose load counts (rates.observe): active ones, ready or not, and serving warm ones
-        polled = [p for p in pods if p.active or (p.in_service and p.ready)]
+        polled = [p for p in pods if p.load_counts]
         answers = await self._fetch_all(polled, target.sidecar_port)
         current = {p.name: s for p, s in zip(polled, answers, strict=True) if s is not None}
         baselines = {name: memory.history.baseline(name, snap, window) for name, snap in current.items()}
