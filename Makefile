@@ -62,7 +62,7 @@ real-engine: venv engines-build
 
 cluster-up: cluster-build
 	@$(CLUSTER) up
-	@echo "run: eval \"\$$($(CLUSTER) env)\"   # KUBECONFIG and kubectl/helm on PATH"
+	@echo "run: eval \"\$$($(if $(TIDEGATE_CLUSTER_NAME),TIDEGATE_CLUSTER_NAME=$(TIDEGATE_CLUSTER_NAME) )$(CLUSTER) env)\"   # KUBECONFIG and kubectl/helm on PATH"
 
 cluster-down:
 	$(CLUSTER) down
