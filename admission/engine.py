@@ -38,7 +38,8 @@ Every step that refuses after the breaker let a half-open probe through records 
 neutral, so the breaker's sample is never lost.
 
 Priority classes rank by their order in ``priorityClasses`` (first = highest). Class ``c`` may use
-the budget less the unused reservations of the other classes (tokens and concurrency alike).
+the budget less the reserved shares of the other classes, used or not (tokens and concurrency
+alike: headroom kept for them, :mod:`~tidegate.admission.capacity`).
 Queued requests are offered in fair-queue order; one blocked by total capacity blocks everything
 behind it (no starvation of large requests), one blocked only by another class's reservation lets
 that class through.

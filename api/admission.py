@@ -236,7 +236,9 @@ class PriorityClass(ApiModel):
     )
     reserved_share: Fraction = Field(
         default=0.0,
-        description="Share (0..1) of the replica's token budget only this class may use.",
+        description="Share (0..1) of the replica's token budget (and of its concurrency) only this class may use: "
+        "the other classes fill the replica only up to the rest, even while this class uses more than its share, "
+        "so a burst of this class always finds room.",
     )
     weight: float = Field(default=1.0, gt=0, le=1000, description="Weight in the fair queue relative to other classes.")
 

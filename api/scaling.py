@@ -78,8 +78,7 @@ class ScalingSpec(ApiModel):
         ge=0,
         le=86_400,
         description="Demand must stay lower this long before the scaler asks for fewer replicas. The HPA then "
-        "applies its scale-down window, the longer of this and 300 s (since the last higher answer), and removes "
-        "at most one replica a minute.",
+        "applies a 60 s scale-down window (since the last higher answer) and removes at most one replica a minute.",
     )
     polling_interval_seconds: int = Field(
         default=15,

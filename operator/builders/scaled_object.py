@@ -27,7 +27,14 @@ from tidegate.operator import names
 from tidegate.operator.settings import OperatorSettings
 
 METRIC_TYPE = "AverageValue"
-DEFAULT_SCALE_DOWN_WINDOW_S = 300  # the HPA's default scale-down stabilisation window
+SCALE_DOWN_WINDOW_S = 60
+"""The HPA's scale-down stabilisation window in the ScaledObject (the HPA's own default is 300 s).
+
+The law already waits ``scaleDownCooldownSeconds`` of lower demand before it answers lower, so the
+HPA's window only has to ride out a dip of the law's answer while replicas load mid-spike (they are
+not active yet: tests/unit/simulate/test_findings.py). The HPA's default on top of the cooldown made
+every scale-down wait both, 10 minutes by default: simulator, seeds 0-2, GPU-hours 300 s -> 60 s
+steady 1.67 -> 1.60, spike 3.59 -> 3.09, replica-lost 2.35 -> 2.08, attainment within 0.2 points."""
 
 
 def trigger_metadata(pool: InferencePool, settings: OperatorSettings) -> dict[str, str]:
@@ -84,15 +91,8 @@ def scaled_object(pool: InferencePool, settings: OperatorSettings) -> dict[str, 
                         ],
                     },
                     "scaleDown": {
-                        # The HPA's own default window (300 s), or the cooldown if longer. The law
-                        # sizes from active pods; replicas still loading are not active yet, so
-                        # mid-spike it can answer below spec.replicas. Without this window the
-                        # simulator shows the HPA following it down and back up (flaps); with it,
-                        # none (tests/unit/simulate/test_findings.py). Scale-down therefore takes
-                        # the law's cooldown plus up to this window.
-                        "stabilizationWindowSeconds": max(
-                            scaling.scale_down_cooldown_seconds, DEFAULT_SCALE_DOWN_WINDOW_S
-                        ),
+                        # SCALE_DOWN_WINDOW_S: scale-down takes the law's cooldown plus up to this.
+                        "stabilizationWindowSeconds": SCALE_DOWN_WINDOW_S,
                         "selectPolicy": "Min",
                         "policies": [{"type": "Pods", "value": 1, "periodSeconds": 60}],
                     },

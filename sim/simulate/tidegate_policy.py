@@ -238,8 +238,8 @@ def snapshot(pod: Pod, now_s: float) -> StatsSnapshot:
 
 class TidegateHpaWindow(Tidegate):
     """Tidegate with the HPA's *default* behaviour (300 s scale-down window, no pod-per-minute
-    policy) instead of the operator's ScaledObject behaviour (300 s or the cooldown if longer,
-    one pod a minute): shows what the scale-down policy is worth."""
+    policy) instead of the operator's ScaledObject behaviour (60 s window, one pod a minute): shows
+    what the scale-down policy is worth."""
 
     name = "tidegate-hpa300"
 

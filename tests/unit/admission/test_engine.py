@@ -147,6 +147,16 @@ def test_interactive_reserve_is_kept_from_batch() -> None:
     assert e.submit("c", "interactive", tokens(200)).state is TicketState.ADMITTED
 
 
+def test_batch_never_takes_the_interactive_share_even_while_interactive_uses_more_than_it() -> None:
+    # Simulator, spike: interactive traffic past its 20 % let batch fill the rest, and the burst's
+    # next interactive requests found the replica full of batch work (refused slo_unreachable).
+    e = engine(tenancy=SEPARATE)  # interactive keeps 20% of 1000 tokens
+    assert e.submit("a", "interactive", tokens(500)).state is TicketState.ADMITTED
+    assert e.submit("b", "batch", tokens(300)).state is TicketState.ADMITTED  # 800: up to the share
+    assert e.submit("b", "batch", tokens(100)).state is TicketState.QUEUED  # would take the last 20%
+    assert e.submit("c", "interactive", tokens(200)).state is TicketState.ADMITTED  # its room is there
+
+
 def test_a_higher_class_displaces_the_lowest_queued_request_when_full() -> None:
     e = engine(queue={"maxDepth": 2}, tenancy=SEPARATE)
     e.submit("a", "batch", tokens(800))

@@ -4,12 +4,16 @@ During a spike the scaling law sizes from ``obs.active`` (pods labelled active),
 current count is ``spec.replicas``: replicas still loading are labelled ``warm`` by the operator,
 so the law neither counts them as active nor as starting, and answers a number below
 ``spec.replicas``. With no scale-down stabilisation window in the operator's ScaledObject the HPA
-followed it down while the pool was still saturated, then back up: flaps. The ScaledObject now
-keeps a window of ``scaleDownCooldownSeconds`` (the HPA's default is 300 s), and it does not.
+followed it down while the pool was still saturated, then back up: flaps. The law now counts the
+pool's scale-down cooldown itself and the ScaledObject keeps a one-minute window on top (it kept the
+HPA's 300 s at first, which made every scale-down wait both); the pool may step down late in the
+spike once the law's cooldown has passed, but never scales down and back up while the spike lasts.
 """
 
 import dataclasses
 from typing import Any
+
+import pytest
 
 from tests.unit.simulate.conftest import BASE
 from tidegate.admission.breaker import BreakerState
@@ -18,17 +22,20 @@ from tidegate.sim.simulate import core, policies, report, scenario
 SPIKE = {**BASE, "faults": [], "duration_s": 420, "load": {"spikes": [{"start_s": 60, "end_s": 360, "factor": 4}]}}
 
 
-def _down_during_spike(policy: str) -> list[core.ScaleAction]:
-    sim = core.Simulator(scenario.parse(SPIKE), policies.make(policy), seed=1).run()
-    return [a for a in sim.actions if 60 <= a.time_s < 360 and a.after < a.before]
+def _up_after_down_during_spike(policy: str, seed: int) -> list[core.ScaleAction]:
+    sim = core.Simulator(scenario.parse(SPIKE), policies.make(policy), seed=seed).run()
+    during = [a for a in sim.actions if 60 <= a.time_s < 360]
+    first_down = next((i for i, a in enumerate(during) if a.after < a.before), len(during))
+    return [a for a in during[first_down:] if a.after > a.before]
 
 
-def test_tidegate_never_scales_down_while_the_spike_lasts() -> None:
-    assert _down_during_spike("tidegate") == []
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_tidegate_never_scales_down_and_back_up_while_the_spike_lasts(seed: int) -> None:
+    assert _up_after_down_during_spike("tidegate", seed) == []
 
 
 def test_with_the_hpa_default_window_it_does_not() -> None:
-    assert _down_during_spike("tidegate-hpa300") == []
+    assert _up_after_down_during_spike("tidegate-hpa300", 1) == []
 
 
 def test_a_pool_whose_congestion_clears_after_scaling_up_does_not_flap() -> None:

@@ -1,5 +1,6 @@
 """The HPA model: tolerance, stabilisation, rate limits (kubernetes.io HPA algorithm)."""
 
+from tidegate.operator.builders.scaled_object import SCALE_DOWN_WINDOW_S
 from tidegate.sim.simulate import policies, scenario
 from tidegate.sim.simulate.hpa import Hpa, MetricType
 
@@ -36,7 +37,7 @@ def test_tidegate_runs_under_the_behaviour_the_operator_writes() -> None:
     sc = scenario.load("spike")
     behavior = policies.make("tidegate").hpa_behavior(sc)
     window = behavior["scaleDown"]["stabilizationWindowSeconds"]
-    assert window >= 300  # the HPA's default: the law alone flapped mid-spike (test_findings.py)
+    assert window == SCALE_DOWN_WINDOW_S  # the operator's own ScaledObject, not the HPA's default
     hpa = Hpa(1, 20, behavior)
     assert hpa.sync(0, 20.0, 1.0, AV, 4) == 4 + sc.scaling.max_scale_up_step
     assert hpa.sync(15, 2.0, 1.0, AV, 8) == 8  # within the window: the highest recommendation holds
