@@ -4,7 +4,7 @@ One :class:`~tests.e2e.harness.launcher.Launcher` per session (chart, operator, 
 agent, in a namespace of its own); each test makes its own pool there and deletes it afterwards.
 Pools scale through the real KEDA and the real HPA controller (:meth:`Pools.create` with
 ``keda="real"``, watched by :class:`~tests.e2e.harness.hpa_watch.HpaWatch`), or, where a test
-needs compressed time the HPA does not have (a 3 s scale-down window instead of 300 s), through
+needs compressed time the HPA does not have (a 3 s scale-down window instead of 60 s), through
 the KEDA stand-in with the real KEDA paused for that pool (``keda="stand-in"``). Time is
 compressed in the pool spec (1 s polling, 10 s rate window, short cooldowns) and in the replica
 size (a sim-backend "GPU" decoding ~4 tokens/s per sequence, 8 sequences: a few requests per
@@ -264,7 +264,7 @@ class Pools:
         """The KEDA stand-in for the pool's ScaledObject (waits for the operator to write it), running.
 
         ``scale_down_window_s``: the HPA's scale-down stabilisation, compressed (the ScaledObject
-        says at least 300 s).
+        says 60 s).
         """
 
         def scaled_object() -> bool:

@@ -3,9 +3,9 @@ finishes the stream it was serving (draining, not cut). The warm replica serves 
 ``spec.warmPool.serve``): it holds a stream too, and keeps serving through the scale-down.
 
 Scaled by the KEDA stand-in (tests/e2e/harness/keda.py), not the real KEDA and HPA: the HPA's
-scale-down stabilisation window is 300 s at least (the operator writes max(cooldown, 300 s)) and
-the real HPA controller cannot be given a shorter one from outside, so this test compresses it to
-the cooldown (3 s) in the stand-in, which runs the HPA's algorithm on the scaler's real answers.
+scale-down stabilisation window is the operator's 60 s and then one pod a minute, and the real HPA
+controller cannot be given a shorter one from outside, so this test compresses it to the cooldown
+(3 s) in the stand-in, which runs the HPA's algorithm on the scaler's real answers.
 The real KEDA is paused for this pool."""
 
 import asyncio
@@ -34,7 +34,7 @@ async def test_scale_down_after_cooldown_keeps_in_flight_streams(pools, endpoint
         # KEDA starts polling once traffic flows (an idle new pool would scale down before the load).
         traffic = asyncio.create_task(client.rate({"acme": 2.0, "globex": 2.0}, duration_s=8))
         await asyncio.sleep(3)
-        # the HPA's scale-down window: the operator's max(cooldown, 300 s), compressed to the cooldown
+        # the HPA's scale-down window: the operator's 60 s, compressed to the cooldown
         keda = await asyncio.to_thread(pools.keda, name, COOLDOWN_S)
         await traffic
         stopped = time.monotonic()  # the last request was sent

@@ -6,8 +6,9 @@ pool's conditions say the scaler is unreachable and that KEDA holds; once the sc
 HPA reads the metric again with no hand repair.
 
 The issue's scenario keeps the scaler down 5 minutes; here OUTAGE_S (60 s: twelve syncs of the
-HPA, two polls of KEDA's own loop). A drop would not show in 5 minutes either, the HPA's
-scale-down window being 300 s; what shows the hold is the HPA itself: ``ScalingActive=False``.
+HPA, two polls of KEDA's own loop). A drop would barely show in that time (the HPA's scale-down
+window is the operator's 60 s, then one pod a minute); what shows the hold is the HPA itself:
+``ScalingActive=False``.
 """
 
 import asyncio

@@ -189,8 +189,8 @@ def test_an_idle_pool_of_three_steps_down_and_only_its_last_replica_goes_to_zero
     # answers KEDA what the real law answers for that (desired 0 once the law's 0 s cooldown has
     # passed; IsActive per the law). Expected: /scale never leaves 3 or 2 for 0: KEDA's loop does
     # not take the pool to 0 after its 30 s cooldownPeriod; the HPA brings it down in its own steps
-    # (its 300 s scale-down window first: longer than this test watches, so /scale stays 3 here;
-    # then 1 pod per 60 s), and only the last replica is KEDA's to take.
+    # (the operator's 60 s scale-down window first, then 1 pod per 60 s: /scale may step 3 -> 2
+    # while this test watches), and only the last replica is KEDA's to take.
     custom = kubernetes.client.CustomObjectsApi(api_client)
     body = valid_pool("idle")
     body["spec"].update(

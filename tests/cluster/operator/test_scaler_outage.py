@@ -26,8 +26,8 @@ from tidegate.api import GROUP, PLURAL, VERSION
 
 ACTIVE = 3
 # Above the current count on purpose: the HPA scales up without a stabilisation window, so a KEDA
-# that fell back would show within seconds (a fallback below 3 would hide behind the HPA's 300 s
-# scale-down window).
+# that fell back would show within seconds (a fallback below 3 would hide behind the HPA's 60 s
+# scale-down window for most of the outage).
 FALLBACK = 5
 OUTAGE_S = 60
 

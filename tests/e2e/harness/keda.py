@@ -2,8 +2,8 @@
 
 The real KEDA and HPA controller run on the local cluster and scale the e2e pools of the burst
 and noisy-tenant scenarios (:mod:`tests.e2e.harness.hpa_watch`). This stand-in remains for the
-scale-down scenario only: there the HPA's scale-down stabilisation (300 s at least, as the
-operator writes it) is compressed to seconds, which the real HPA cannot be told; the real KEDA is
+scale-down scenario only: there the HPA's scale-down stabilisation (60 s, as the operator
+writes it, then one pod a minute) is compressed to seconds, which the real HPA cannot be told; the real KEDA is
 paused for that pool (``autoscaling.keda.sh/paused``), so it deletes its HPA and leaves ``/scale``
 to this stand-in.
 
@@ -21,7 +21,7 @@ What it does is what KEDA does with an ``external`` trigger (KEDA 2.17, ``pkg/sc
    target's ``/scale`` subresource, as the HPA controller does.
 
 ``scale_down_window_s`` replaces the behaviour's ``scaleDown.stabilizationWindowSeconds`` (the
-operator writes at least 300 s; tests compress it as they compress the polling interval).
+operator writes 60 s; tests compress it as they compress the polling interval).
 ``scaler_address``: call this scaler whatever the ScaledObject says, recording any other address
 in :attr:`KedaStandIn.foreign_addresses`. On a cluster shared with other test runs, an operator
 they started for all namespaces may also reconcile these pools and write its own (fake) scaler's
