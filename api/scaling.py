@@ -67,14 +67,15 @@ class ScalingSpec(ApiModel):
         "and scales out. Policy rejections (one tenant over quota) never count.",
     )
     target_utilization: float = Field(
-        default=0.75,
+        default=0.85,
         gt=0.0,
         le=1.0,
-        description="Token-budget utilisation (0 exclusive..1) the pool is sized for, saturated or not.",
+        description="Token-budget utilisation (0 exclusive..1) the pool is sized for, saturated or not. The default "
+        "leaves 15 % of each replica's budget for a burst's first seconds; the warm pool is the rest of the headroom.",
     )
     max_scale_up_step: int = Field(default=4, ge=1, le=1000, description="Most replicas added in one decision.")
     scale_down_cooldown_seconds: int = Field(
-        default=300,
+        default=180,
         ge=0,
         le=86_400,
         description="Demand must stay lower this long before the scaler asks for fewer replicas. The HPA then "

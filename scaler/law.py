@@ -63,7 +63,7 @@ from enum import StrEnum
 from tidegate.api.scaling import ScalingSpec
 
 HYSTERESIS = 0.15
-"""Half-width of the utilisation dead band, relative to the target (0.15: 0.75 -> 0.64..0.86)."""
+"""Half-width of the utilisation dead band, relative to the target (0.15: 0.85 -> 0.72..0.98)."""
 CAPACITY_MEMORY_S = 3600.0
 """How long a per-replica rate seen at the knee is remembered (the replica model rarely changes;
 a new one is learnt at the next knee)."""
@@ -92,9 +92,9 @@ class Policy:
     min_replicas: int = 1
     max_replicas: int = 8
     target_capacity_reject_rate: float = 0.02
-    target_utilization: float = 0.75
+    target_utilization: float = 0.85
     max_scale_up_step: int = 4
-    scale_down_cooldown_s: float = 300.0
+    scale_down_cooldown_s: float = 180.0
     hysteresis: float = HYSTERESIS
     hpa_tolerance: float = HPA_TOLERANCE
 

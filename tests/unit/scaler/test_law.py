@@ -1,8 +1,21 @@
 """The scaling law, case by case: what a platform engineer sees in the Event text and the replica count."""
 
+from dataclasses import dataclass
+
 from tests.unit.scaler.helpers import hpa_replicas, obs
 from tidegate.api.scaling import ScalingSpec
-from tidegate.scaler.law import LawState, Observation, Policy, Reason, decide, hpa_metric_value
+from tidegate.scaler import law
+from tidegate.scaler.law import LawState, Observation, Reason, decide, hpa_metric_value
+
+
+@dataclass(frozen=True)
+class Policy(law.Policy):
+    """The law's policy with the target and cooldown these cases' arithmetic is written for (the
+    law is under test here, not its defaults: those are the API's, test_policy_comes_from_the_pool_spec)."""
+
+    target_utilization: float = 0.75
+    scale_down_cooldown_s: float = 300.0
+
 
 WIDE = Policy(min_replicas=1, max_replicas=20)
 
@@ -159,8 +172,9 @@ def test_metric_value_lands_the_hpa_exactly_when_outside_its_tolerance() -> None
 
 def test_policy_comes_from_the_pool_spec() -> None:
     spec = ScalingSpec.model_validate({"minReplicas": 2, "maxReplicas": 9, "scaleDownCooldownSeconds": 30})
-    p = Policy.from_spec(spec)
-    assert (p.min_replicas, p.max_replicas, p.scale_down_cooldown_s, p.target_utilization) == (2, 9, 30.0, 0.75)
+    p = law.Policy.from_spec(spec)
+    assert (p.min_replicas, p.max_replicas, p.scale_down_cooldown_s, p.target_utilization) == (2, 9, 30.0, 0.85)
+    assert law.Policy() == law.Policy.from_spec(ScalingSpec())  # the law's defaults are the API's
 
 
 def test_nothing_admitted_at_all_takes_a_full_step() -> None:
