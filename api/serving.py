@@ -43,7 +43,7 @@ class ModelSpec(ApiModel):
             min_length=1,
             max_length=253,
             description="Model name clients send in the OpenAI `model` field, e.g. "
-            "`meta-llama/Llama-3.1-8B-Instruct`. Shown in `kubectl get inferencepools`.",
+            "`meta-llama/Llama-3.1-8B-Instruct`. Shown in `kubectl get tgpool`.",
         ),
     ]
     engine: Engine = Field(

@@ -31,9 +31,9 @@ MAX_SCALE_UP_STEP = int(scenario.SCALER_MAX_SCALE_UP_STEP)
 
 def behavior(s: scenario.DemoSettings) -> dict[str, Any]:
     """The HPA behaviour, shaped as the operator's ScaledObject writes it (scale up by at most
-    ``maxScaleUpStep`` pods per polling interval, no up stabilisation; down stabilised over the
-    cooldown), with the scale-down rate compressed to the demo's time (one pod per polling interval
-    instead of per 60 s)."""
+    ``maxScaleUpStep`` pods per polling interval, no up stabilisation; a scale-down window), compressed
+    to the demo's time: the window is the demo's cooldown instead of the operator's 60 s, and one pod
+    goes per polling interval instead of per 60 s."""
     return {
         "scaleUp": {
             "stabilizationWindowSeconds": 0,
