@@ -104,6 +104,19 @@ class Capacity:
     def configure(self, admission: AdmissionSpec, classes: dict[str, tuple[int, PriorityClass]]) -> None:
         """New settings; an adapted budget is kept (clamped) while ``tokenBudget`` is unchanged."""
         self.admission, self._classes = admission, classes
+        # per class: the other classes' reserved shares (of the budget in force) and slots, fixed by the
+        # settings, so the admission path looks them up instead of summing them for every request
+        self._others = {
+            name: (
+                sum(k.reserved_share for other, (_, k) in classes.items() if other != name),
+                sum(
+                    math.floor(k.reserved_share * admission.max_concurrency)
+                    for other, (_, k) in classes.items()
+                    if other != name
+                ),
+            )
+            for name in (*classes, "")
+        }  # "": a class no longer configured (a reload removed it while its requests are held) yields to all
         budget, adaptive = admission.token_budget, admission.adaptive_budget
         if adaptive.enabled and self._base_budget == budget:
             low, high = budget * adaptive.min_ratio, budget * adaptive.max_ratio
@@ -147,12 +160,12 @@ class Capacity:
 
     def reserved_for_others(self, name: str) -> tuple[float, float]:
         """The reserved shares of the classes other than ``name``, used or not: (tokens, requests)."""
-        tokens = requests = 0.0
-        for other, (_, klass) in self._classes.items():
-            if other != name and klass.reserved_share > 0:
-                tokens += klass.reserved_share * self.token_budget
-                requests += math.floor(klass.reserved_share * self.admission.max_concurrency)
-        return tokens, requests
+        share, requests = self._others.get(name) or self._others[""]
+        return share * self.token_budget, requests
+
+    def others_share(self, name: str) -> float:
+        """The other classes' reserved shares of the budget, 0..1 (:meth:`reserved_for_others`)."""
+        return (self._others.get(name) or self._others[""])[0]
 
     def fits(self, ticket: Ticket) -> tuple[bool, bool]:
         """(fits now, blocked by total capacity rather than only by another class's reservation)."""

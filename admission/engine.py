@@ -231,9 +231,8 @@ class Engine:
         self.admission = admission = self._effective(self.configured)
         self.capacity.configure(admission, self._classes)
         budget = self.sizing.token_budget
-        reserved = sum(c.reserved_share for c in admission.priority_classes)
         # tokens a class may ever hold (base budget): the budget less the other classes' reservations
-        self._room = {c.name: budget - (reserved - c.reserved_share) * budget for c in admission.priority_classes}
+        self._room = {c.name: budget - self.capacity.others_share(c.name) * budget for c in admission.priority_classes}
 
     def _waited_out(self, now: float) -> bool:
         start = self._capacity_wait_from_s
