@@ -54,9 +54,27 @@ def test_capacity_rejections_below_target_rate_do_not_scale_out() -> None:
 
 
 def test_high_token_utilisation_scales_out_before_anything_is_refused() -> None:
-    d, _ = decide(WIDE, obs(util=0.95), LawState(), now_s=0)
+    # the first reading over the band waits for the next one (WIDE: 7.5 s, half a 15 s poll)
+    d, state = decide(WIDE, obs(util=0.95), LawState(), now_s=0)
+    assert (d.desired, d.reason) == (4, Reason.STEADY)
+    assert d.text.endswith("; utilisation over the band for 0 s: acts once it lasts 7.5 s")
+    d, _ = decide(WIDE, obs(util=0.95), state, now_s=15)
     assert (d.desired, d.reason) == (6, Reason.UTILIZATION)  # ceil(0.95 * 4 / 0.75)
     assert d.text == "4 -> 6: token utilisation 95% over target 75%"
+
+
+def test_one_reading_over_the_band_buys_nothing_and_teaches_no_knee() -> None:
+    # diurnal, simulator seed 2: utilisation read 51%, 104%, 12% on three polls; the 104% bought a
+    # replica and its knee (A / n of a pool that refused nothing) held it for 35 minutes
+    policy = Policy(min_replicas=1, max_replicas=20, target_utilization=0.85)
+    state = LawState()
+    for t, u in ((0, 0.51), (15, 1.04), (30, 0.12)):
+        d, state = decide(policy, obs(active=1, admitted=2, util=u), state, now_s=t)
+        assert d.desired == 1, (t, d.text)
+    assert state.knees == () and state.over_band_since_s is None
+    # capacity refusals act on the first reading: users are being turned away
+    d, _ = decide(policy, obs(active=1, admitted=2, capacity=1, util=1.04), LawState(), now_s=0)
+    assert (d.desired, d.reason) == (2, Reason.SATURATED)  # ceil(3 / 2 / 0.85)
 
 
 def test_scale_down_waits_for_a_whole_cooldown_of_lower_demand() -> None:
@@ -189,7 +207,8 @@ def test_a_pool_whose_congestion_clears_after_a_scale_up_does_not_scale_back_dow
     # same 4 req/s hold 4 %. In-flight tokens alone say "fits 1" (1 -> 2 -> 1 -> 2 ...); the
     # admitted rate seen when the replica was full (4/s) says 4/s needs 2 at the 75 % target.
     policy = Policy(min_replicas=1, max_replicas=8, scale_down_cooldown_s=300)
-    d, state = decide(policy, obs(active=1, admitted=4, util=0.97), LawState(), now_s=0)
+    _, state = decide(policy, obs(active=1, admitted=4, util=0.97), LawState(), now_s=-15)
+    d, state = decide(policy, obs(active=1, admitted=4, util=0.97), state, now_s=0)  # sustained
     assert (d.desired, d.reason) == (2, Reason.UTILIZATION)
     for t in range(15, 1200, 15):
         d, state = decide(policy, obs(active=2, admitted=4, util=0.04), state, now_s=t)

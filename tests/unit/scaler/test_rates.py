@@ -198,7 +198,8 @@ def test_a_serving_warm_pods_load_sizes_the_active_replicas_beneath_it() -> None
     assert o.utilization == 1200 / (1 * 1000)  # both pods' load over what the one active replica holds
     # the law sizes the active replicas for all the serving load: 2 at 75 % (1200 / 750 tokens), the
     # warm one on top
-    decision, _ = law.decide(law.Policy(), o, law.LawState(), now_s=0.0)
+    _, state = law.decide(law.Policy(), o, law.LawState(), now_s=0.0)
+    decision, _ = law.decide(law.Policy(), o, state, now_s=15.0)  # over the band on two readings
     assert (decision.current, decision.desired) == (1, 2)
     without = [p if p.name != "w" else PodInfo("w", role="warm") for p in pods]
     o = observe(without, current, baselines, now_s=161, stale_after_s=45, max_window_s=120)
