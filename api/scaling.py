@@ -87,7 +87,7 @@ class ScalingSpec(ApiModel):
         le=3600,
         description="KEDA pollingInterval for the external trigger, written only when minReplicas is 0 (KEDA's "
         "own loop decides 0 <-> 1; above 0 the HPA's sync period drives scaling); also the period of the "
-        "HPA's scale-up step policy.",
+        "HPA's scale-up step policy; and token utilisation over the band must last half of it before it buys a replica.",
     )
     signal: SignalSpec = Field(default_factory=SignalSpec, description="Where the scaler reads admission counters.")
     fallback_replicas: int | None = Field(

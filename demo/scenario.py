@@ -274,6 +274,7 @@ def scaler_metadata(s: DemoSettings) -> dict[str, str]:
         "targetUtilization": "0.75",
         "maxScaleUpStep": SCALER_MAX_SCALE_UP_STEP,
         "scaleDownCooldownSeconds": str(s.cooldown_s),
+        "pollingIntervalSeconds": str(max(1, round(s.poll_interval_s))),
         "windowSeconds": str(s.window_s),
         "source": "sidecar",
     }

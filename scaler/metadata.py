@@ -13,9 +13,10 @@ KEDA passes the trigger's whole ``metadata`` map (strings only) in every call as
         minReplicas: "1"                 # optional from here on: spec.scaling, camelCase, as strings
         maxReplicas: "8"
         targetCapacityRejectRate: "0.02"
-        targetUtilization: "0.75"
+        targetUtilization: "0.85"
         maxScaleUpStep: "4"
-        scaleDownCooldownSeconds: "300"
+        scaleDownCooldownSeconds: "180"
+        pollingIntervalSeconds: "15"     # how long utilisation must stay high: half of it (the law)
         windowSeconds: "60"              # spec.scaling.signal.windowSeconds
         warmPoolSize: "1"                # spec.warmPool.size (which warm-labelled pods are on their way to serve)
         source: sidecar                  # or prometheus (spec.scaling.signal.source)
@@ -37,7 +38,7 @@ from tidegate.scaler.errors import MetadataError, UnknownMetricError
 
 DEFAULT_SIDECAR_PORT = 8081  # the operator's default (TIDEGATE_SIDECAR_PORT), which also writes sidecarPort
 METRIC_SUFFIX = "desired-replicas"
-_INT_KEYS = ("minReplicas", "maxReplicas", "maxScaleUpStep", "scaleDownCooldownSeconds")
+_INT_KEYS = ("minReplicas", "maxReplicas", "maxScaleUpStep", "scaleDownCooldownSeconds", "pollingIntervalSeconds")
 _FLOAT_KEYS = ("targetCapacityRejectRate", "targetUtilization")
 _SIGNAL_KEYS = {"windowSeconds": int, "source": str, "prometheusUrl": str}
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")

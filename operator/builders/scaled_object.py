@@ -58,6 +58,7 @@ def trigger_metadata(pool: InferencePool, settings: OperatorSettings) -> dict[st
         "targetUtilization": str(scaling.target_utilization),
         "maxScaleUpStep": str(scaling.max_scale_up_step),
         "scaleDownCooldownSeconds": str(scaling.scale_down_cooldown_seconds),
+        "pollingIntervalSeconds": str(scaling.polling_interval_seconds),
         "windowSeconds": str(scaling.signal.window_seconds),
         "source": scaling.signal.source.value,
         "warmPoolSize": str(pool.spec.warm_pool.size),

@@ -151,7 +151,15 @@ def test_long_names_give_a_deterministic_node_pool_name_within_63_characters() -
 def test_trigger_metadata_is_what_the_scaler_parses() -> None:
     from tidegate.scaler import metadata
 
-    p = pool(scaling={"minReplicas": 2, "maxReplicas": 9, "targetCapacityRejectRate": 0.05, "maxScaleUpStep": 3})
+    p = pool(
+        scaling={
+            "minReplicas": 2,
+            "maxReplicas": 9,
+            "targetCapacityRejectRate": 0.05,
+            "maxScaleUpStep": 3,
+            "pollingIntervalSeconds": 5,
+        }
+    )
     so = builders.scaled_object(p, SETTINGS)
     target = metadata.parse("p", "ml", so["spec"]["triggers"][0]["metadata"])
     assert (target.pool, target.namespace, target.sidecar_port) == ("p", "ml", SETTINGS.sidecar_port)
@@ -162,6 +170,7 @@ def test_trigger_metadata_is_what_the_scaler_parses() -> None:
         "target_utilization",
         "max_scale_up_step",
         "scale_down_cooldown_seconds",
+        "polling_interval_seconds",  # the law's utilisation sustain time is half of it
         "signal",
     )
     for field in law_fields:
