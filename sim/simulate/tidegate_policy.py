@@ -183,7 +183,9 @@ class Tidegate(Policy):
             if (info.active or (info.in_service and info.ready)) and pod.front is not None:
                 current[pod.name] = rates.Sample.of(snapshot(pod, now))  # what SidecarSignals polls
         baselines = {name: self.history.baseline(name, snap, self.window_s) for name, snap in current.items()}
-        obs = rates.observe(pods, current, baselines, now, STALE_AFTER_S, max_window_s=2 * self.window_s)
+        obs = rates.observe(
+            pods, current, baselines, now, STALE_AFTER_S, max_window_s=2 * self.window_s, warm_pool_size=self.warm_pool
+        )
         for name, snap in current.items():
             self.history.record(name, snap)
         self.history.prune((p.name for p in pods), now)

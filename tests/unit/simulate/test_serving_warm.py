@@ -95,3 +95,22 @@ def test_the_frontier_sweeps_warm_pool_serve() -> None:
     todo = frontier.tasks(["spike"], "full", [0], pols=["tidegate"])
     other = [t.config for t in todo if frontier.configure(spike, t.config).warm_pool_serve != spike.warm_pool_serve]
     assert other  # the full grid has configurations on the other side of the default
+
+
+def test_the_simulated_scaler_sees_replicas_loading_as_the_real_one_does(monkeypatch) -> None:
+    # The real scaler reads warmPoolSize from the trigger (scaler/metadata.py) and counts the pods
+    # beyond the warm pool that are not Ready yet as loading (rates.loading); the simulator's scaler
+    # left it out, so every hold there counted no replica on its way.
+    from tidegate.scaler import law
+
+    seen: list[law.Observation] = []
+    real_decide = law.decide
+
+    def decide(policy, obs, state, now_s):
+        seen.append(obs)
+        return real_decide(policy, obs, state, now_s)
+
+    monkeypatch.setattr(law, "decide", decide)
+    sim = _run(SPIKE, True, 0)
+    assert any(a.after > a.before for a in sim.actions)  # the burst bought replicas
+    assert max(o.loading for o in seen) >= 1
