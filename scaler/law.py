@@ -137,7 +137,9 @@ class Observation:
     ``reporting`` (pods in the Service -- active, or ready warm serving -- with fresh stats and a rate
     baseline), ``stale`` (names of ready pods in the Service whose stats are missing or too old).
     Rates are per second, summed over ``reporting`` pods; ``window_s`` is the mean window they cover
-    (0: no pod has a baseline yet). Gauges are summed over the pods in the Service with fresh stats;
+    (0: no pod has a baseline yet). ``reporting_share``: the same pods, each counted by the share of
+    the rate window its counts cover (a pod that joined 10 s into a 60 s window: 1/6), the number of
+    replicas the rates were earned by (None: ``reporting``; :func:`tidegate.scaler.rates.observe`). Gauges are summed over the pods in the Service with fresh stats;
     ``token_budget`` over the ``fresh`` ones among them whose budget is known (a replica still reading
     its capacity from the model server reports none: the per-replica budget is the mean of the known
     ones, never lowered by a 0).
@@ -149,6 +151,7 @@ class Observation:
     warm: int = 0
     warm_serving: int = 0
     reporting: int = 0
+    reporting_share: float | None = None
     stale: tuple[str, ...] = ()
     window_s: float = 0.0
     admitted_per_s: float = 0.0
@@ -159,6 +162,11 @@ class Observation:
     token_budget: int = 0
     fresh: int = 0
     queue_depth: int = 0
+
+    @property
+    def rate_replicas(self) -> float:
+        """``n`` of ``A / n``: the replicas the rates were earned by (``reporting_share``, else ``reporting``)."""
+        return self.reporting if self.reporting_share is None else self.reporting_share
 
     @property
     def demand_per_s(self) -> float:
@@ -268,7 +276,7 @@ def knee_rate(policy: Policy, obs: Observation, sustained: bool = True) -> float
     if obs.reporting == 0 or obs.window_s <= 0 or obs.admitted_per_s <= 0 or obs.starting:
         return None
     full = obs.capacity_reject_rate > policy.target_capacity_reject_rate or (over_band(policy, obs) and sustained)
-    return obs.admitted_per_s / obs.reporting if full else None
+    return obs.admitted_per_s / obs.rate_replicas if full else None
 
 
 def throughput_need(policy: Policy, obs: Observation, capacity: float | None) -> int | None:
@@ -314,10 +322,10 @@ def raw_recommendation(
     if obs.capacity_reject_rate > policy.target_capacity_reject_rate:
         # D / (max(A / n, c) * t), written so that a trickle admitted gives a huge (then clamped) count, not inf
         if obs.demand_per_s < 1e6 * obs.admitted_per_s:
-            replicas = obs.reporting * (obs.demand_per_s / obs.admitted_per_s)  # D / (A / n)
+            replicas = obs.rate_replicas * (obs.demand_per_s / obs.admitted_per_s)  # D / (A / n)
             if (
                 capacity
-                and capacity * obs.reporting > obs.admitted_per_s
+                and capacity * obs.rate_replicas > obs.admitted_per_s
                 and not knee_contradicted(policy, obs, capacity)
             ):
                 replicas = obs.demand_per_s / capacity  # D / c: the replicas admitted more at the knee

@@ -202,6 +202,7 @@ def observe(
     stale_after_s: float,
     max_window_s: float,
     warm_pool_size: int | None = None,
+    window_s: float | None = None,
 ) -> Observation:
     """Sum one poll of a pool into an :class:`Observation`.
 
@@ -214,12 +215,20 @@ def observe(
     without fresh stats is *stale* (the law will not scale down: part of the load is unseen); a
     not-ready active one is *starting*; a not-ready warm one takes no requests yet and
     :func:`loading` counts it if it is on its way to serve.
+
+    ``window_s`` (the rate window, seconds; None: each pod's rate counts in full, as before): the
+    pool's rates are the counts of the last ``W = min(window_s, longest pod window)`` over ``W``. A pod
+    whose counts cover less (it joined, or its sidecar restarted, within the window) adds what it
+    counted over ``W``, not over its own shorter time, and counts as that share of a replica in
+    ``reporting_share``. Summing each pod's own rate instead counts the requests a new replica took
+    twice: once at its rate, once in the older replicas' rates, which still cover the time before
+    it took its share (simulator, spike seed 0: 15 req/s arriving read as 18.8/s the poll a fourth
+    replica joined, and bought a sixth).
     """
     pods = list(pods)
     active = starting = warm = warm_serving = reporting = fresh = 0
     stale: list[str] = []
-    windows: list[float] = []
-    admitted = cap = pol = 0.0
+    deltas: list[PodDelta] = []
     tenants: set[str] = set()
     in_flight = budget = queue = 0
     for pod in pods:
@@ -254,11 +263,15 @@ def observe(
                 stale.append(pod.name)  # it answered before, but its counters give no usable rate now
             continue
         reporting += 1
-        windows.append(delta.window_s)
-        admitted += delta.admitted / delta.window_s
-        cap += delta.capacity_rejected / delta.window_s
-        pol += delta.policy_rejected / delta.window_s
+        deltas.append(delta)
         tenants |= delta.capacity_rejected_tenants
+    windows = [d.window_s for d in deltas]
+    pool_window = min(window_s, max(windows)) if window_s is not None and windows else None
+    # each pod's share of the pool's window (1: it covers all of it)
+    shares = [1.0 if pool_window is None else min(1.0, d.window_s / pool_window) for d in deltas]
+    admitted = sum(d.admitted / d.window_s * s for d, s in zip(deltas, shares, strict=True))
+    cap = sum(d.capacity_rejected / d.window_s * s for d, s in zip(deltas, shares, strict=True))
+    pol = sum(d.policy_rejected / d.window_s * s for d, s in zip(deltas, shares, strict=True))
     return Observation(
         active=active,
         starting=starting,
@@ -266,6 +279,7 @@ def observe(
         warm=warm,
         warm_serving=warm_serving,
         reporting=reporting,
+        reporting_share=sum(shares) if pool_window is not None else None,
         stale=tuple(sorted(stale)),
         window_s=sum(windows) / len(windows) if windows else 0.0,
         admitted_per_s=admitted,

@@ -115,6 +115,7 @@ class SidecarSignals:
             self.stale_after_s,
             max_window_s=2 * window,
             warm_pool_size=target.warm_pool_size,
+            window_s=window,
         )
         for name, snap in current.items():
             memory.history.record(name, snap)

@@ -184,7 +184,14 @@ class Tidegate(Policy):
                 current[pod.name] = rates.Sample.of(snapshot(pod, now))  # what SidecarSignals polls
         baselines = {name: self.history.baseline(name, snap, self.window_s) for name, snap in current.items()}
         obs = rates.observe(
-            pods, current, baselines, now, STALE_AFTER_S, max_window_s=2 * self.window_s, warm_pool_size=self.warm_pool
+            pods,
+            current,
+            baselines,
+            now,
+            STALE_AFTER_S,
+            max_window_s=2 * self.window_s,
+            warm_pool_size=self.warm_pool,
+            window_s=self.window_s,
         )
         for name, snap in current.items():
             self.history.record(name, snap)

@@ -220,3 +220,25 @@ def test_a_silent_serving_warm_pod_holds_the_pool_like_an_active_one() -> None:
     quiet = [PodInfo("a"), PodInfo("w", role="warm"), PodInfo("idle", role="warm", serving=True, ready=False)]
     o = observe(quiet, current, baselines, now_s=161, stale_after_s=45, max_window_s=120)
     assert (o.stale, o.starting) == ((), 0)
+
+
+def test_a_replica_that_joined_within_the_window_is_not_counted_twice() -> None:
+    # 12 req/s arrive. Two replicas took 6/s each until a third joined 10 s ago; since then 4/s each.
+    # Over the 60 s window the old two admitted 50 x 6 + 10 x 4 = 340 each, the new one 40.
+    pods = [PodInfo("a"), PodInfo("b"), PodInfo("new")]
+    current = {
+        "a": snap(160, admitted=1340, pod="a"),
+        "b": snap(160, admitted=1340, pod="b"),
+        "new": snap(160, admitted=40, started=150, instance="n", pod="new"),
+    }
+    baselines = {"a": snap(100, admitted=1000, pod="a"), "b": snap(100, admitted=1000, pod="b"), "new": None}
+    o = observe(pods, current, baselines, now_s=161, stale_after_s=45, max_window_s=120, window_s=60)
+    assert o.reporting == 3
+    assert abs(o.admitted_per_s - 12.0) < 1e-9  # 720 requests in 60 s, not 340/60 x 2 + 40/10 = 15.3/s
+    assert abs(o.rate_replicas - (2 + 10 / 60)) < 1e-9  # the new replica served a sixth of the window
+    # what a replica admits is unchanged by the join: 12 / 2.17 = 5.5/s, not 15.3 / 3 = 5.1/s
+    assert abs(o.admitted_per_s / o.rate_replicas - 720 / 130) < 1e-9
+    # a pool whose replicas all started within the window is measured over their time, not the window's
+    young = {n: snap(160, admitted=40, started=150, instance=n, pod=n) for n in ("a", "b", "new")}
+    o = observe(pods, young, dict.fromkeys(young), now_s=161, stale_after_s=45, max_window_s=120, window_s=60)
+    assert (o.admitted_per_s, o.rate_replicas) == (12.0, 3.0)

@@ -75,3 +75,27 @@ def test_a_replica_turned_slow_is_cut_off_at_its_first_slow_tokens_not_when_its_
     sim.run()
     assert list(opened) == [slow[0].name], opened
     assert opened[slow[0].name] < 660.0, opened
+
+
+def test_the_poll_a_replica_joins_does_not_buy_another() -> None:
+    """spike, seed 0: 15 req/s arrive in the burst. The scaler summed each pod's own rate, so the
+    poll a fourth replica joined counted the requests it had taken twice (its rate over its first
+    seconds, and the older replicas' rates over a window from before it took its share): 18.8/s of
+    demand, and a sixth active replica bought for a burst five serve. The pool's rates now cover one
+    window (``rates.observe``), and the pool peaks at five active replicas."""
+    from tidegate.scaler import law
+
+    seen: list[tuple[float, float, int]] = []
+    real_decide = law.decide
+
+    def decide(policy, obs, state, now_s):
+        if obs.reporting:
+            seen.append((now_s, obs.demand_per_s, obs.reporting))
+        return real_decide(policy, obs, state, now_s)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(law, "decide", decide)
+        sim = core.Simulator(scenario.load("spike"), policies.make("tidegate"), seed=0).run()
+    in_burst = [d for t, d, _ in seen if 700 <= t < 1200]
+    assert max(in_burst) < 15 * 1.15, max(in_burst)  # what arrives, give or take the window's noise
+    assert max(a.after for a in sim.actions) == 5
