@@ -70,7 +70,7 @@ cluster-down:
 cluster-tests: venv cluster-build
 	$(VENV)/bin/pytest -m cluster
 
-# The whole loop on the local control plane (chart, operator, scaler, sidecars, sim-backends, a KEDA stand-in).
+# The whole loop on the local control plane (chart, operator, scaler, sidecars, sim-backends, the real KEDA, HPA and Karpenter).
 e2e: venv cluster-build
 	$(VENV)/bin/pytest -m e2e -s
 

@@ -2,13 +2,12 @@
 
 One :class:`~tests.e2e.harness.launcher.Launcher` per session (chart, operator, scaler, pod
 agent, in a namespace of its own); each test makes its own pool there and deletes it afterwards.
-Pools scale through the real KEDA and the real HPA controller (:meth:`Pools.create` with
-``keda="real"``, watched by :class:`~tests.e2e.harness.hpa_watch.HpaWatch`), or, where a test
-needs compressed time the HPA does not have (a 3 s scale-down window instead of 60 s), through
-the KEDA stand-in with the real KEDA paused for that pool (``keda="stand-in"``). Time is
-compressed in the pool spec (1 s polling, 10 s rate window, short cooldowns) and in the replica
-size (a sim-backend "GPU" decoding ~4 tokens/s per sequence, 8 sequences: a few requests per
-second saturate it).
+Pools scale through the real KEDA and the real HPA controller (e2e/cluster/cluster.sh runs both),
+watched by :class:`~tests.e2e.harness.hpa_watch.HpaWatch`. Time is compressed in the pool spec
+(1 s polling, 10 s rate window, short cooldowns), in the HPA controller's sync period (a flag of
+the local cluster) and in the replica size (a sim-backend "GPU" decoding ~4 tokens/s per
+sequence, 8 sequences: a few requests per second saturate it); the HPA's tolerance, stabilisation
+windows and rate policies are the real ones.
 """
 
 import math
@@ -22,7 +21,6 @@ import pytest
 from tests.cluster.conftest import api_client, cluster_env, wait_for  # noqa: F401 (fixtures)
 from tests.e2e.harness import load
 from tests.e2e.harness.hpa_watch import HpaWatch
-from tests.e2e.harness.keda import KedaStandIn
 from tests.e2e.harness.launcher import Launcher
 from tidegate.api import GROUP, PLURAL, VERSION, constants
 from tidegate.demo import scenario
@@ -173,23 +171,17 @@ class Pools:
         self.custom = kubernetes.client.CustomObjectsApi(launcher.api_client)
         self.core = kubernetes.client.CoreV1Api(launcher.api_client)
         self.names: list[str] = []
-        self.kedas: list[KedaStandIn] = []
         self.watches: list[HpaWatch] = []
 
     @property
     def namespace(self) -> str:
         return self.launcher.namespace
 
-    def create(self, body: dict[str, Any], keda: str = "stand-in") -> str:
-        """Create the pool. ``keda="real"``: the real KEDA and HPA scale it (see :meth:`real_keda`);
-        ``"stand-in"``: the real KEDA is paused for it and :meth:`keda` drives it."""
-        if keda not in ("real", "stand-in"):
-            raise ValueError(f"keda={keda!r}: 'real' or 'stand-in'")
+    def create(self, body: dict[str, Any]) -> str:
+        """Create the pool; the real KEDA and HPA scale it (see :meth:`real_keda`)."""
         self.custom.create_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, body)
         name = body["metadata"]["name"]
         self.names.append(name)
-        if keda == "stand-in":
-            self.pause_keda(name)
         return name
 
     def real_keda(self, name: str) -> HpaWatch:
@@ -198,39 +190,6 @@ class Pools:
         watch = HpaWatch(self.launcher.api_client, self.namespace, name, self.launcher.scaler_metrics_url)
         self.watches.append(watch)
         return watch.start()
-
-    def pause_keda(self, name: str) -> None:
-        """Pause the real KEDA for the pool's ScaledObject (waits for the operator to write it).
-
-        The real KEDA runs on the local cluster too (e2e/cluster/cluster.sh): paused
-        (``autoscaling.keda.sh/paused``), it deletes the HPA it built and leaves ``/scale`` to the
-        stand-in, which keeps this tier's compressed time (1 s polling, a shortened scale-down
-        window) that the real HPA does not have. Paused at creation, before any load, so the real
-        HPA never acts on an e2e pool.
-        """
-        custom = self.custom
-
-        def scaled_object() -> bool:
-            try:
-                return bool(custom.get_namespaced_custom_object(
-                    "keda.sh", "v1alpha1", self.namespace, "scaledobjects", name))  # fmt: skip
-            except kubernetes.client.ApiException:
-                return False
-
-        wait_for(scaled_object, timeout_s=30, what=f"ScaledObject {name}")
-        custom.patch_namespaced_custom_object(
-            "keda.sh", "v1alpha1", self.namespace, "scaledobjects", name,
-            {"metadata": {"annotations": {"autoscaling.keda.sh/paused": "true"}}},
-        )  # fmt: skip
-        autoscaling = kubernetes.client.AutoscalingV2Api(self.launcher.api_client)
-
-        def paused() -> bool:
-            so = custom.get_namespaced_custom_object("keda.sh", "v1alpha1", self.namespace, "scaledobjects", name)
-            conditions = {c["type"]: c["status"] for c in so.get("status", {}).get("conditions", [])}
-            hpas = autoscaling.list_namespaced_horizontal_pod_autoscaler(self.namespace).items
-            return conditions.get("Paused") == "True" and not [h for h in hpas if h.spec.scale_target_ref.name == name]
-
-        wait_for(paused, timeout_s=30, what=f"KEDA paused for {name} (Paused condition, its HPA deleted)")
 
     def delete(self, name: str) -> None:
         try:
@@ -260,39 +219,7 @@ class Pools:
 
         wait_for(ok, timeout_s=timeout_s, interval_s=0.1, what=f"{name}: {active} serving and {warm} warm")
 
-    def keda(self, name: str, scale_down_window_s: float | None = None) -> KedaStandIn:
-        """The KEDA stand-in for the pool's ScaledObject (waits for the operator to write it), running.
-
-        ``scale_down_window_s``: the HPA's scale-down stabilisation, compressed (the ScaledObject
-        says 60 s).
-        """
-
-        def scaled_object() -> bool:
-            try:
-                return bool(self.custom.get_namespaced_custom_object(
-                    "keda.sh", "v1alpha1", self.namespace, "scaledobjects", name))  # fmt: skip
-            except kubernetes.client.ApiException:
-                return False
-
-        wait_for(scaled_object, timeout_s=30, what=f"ScaledObject {name}")
-        keda = KedaStandIn(
-            self.launcher.api_client,
-            self.namespace,
-            name,
-            POLL_INTERVAL_S,
-            scaler_address=self.launcher.scaler_address,
-            scale_down_window_s=scale_down_window_s,
-        )
-        keda.start()
-        if keda.foreign_addresses:
-            print(f"\nwarning: ScaledObject {name} points at {keda.foreign_addresses}: another operator "
-                  "(another test run on this shared cluster) reconciles this namespace too")  # fmt: skip
-        self.kedas.append(keda)
-        return keda
-
     def close(self) -> None:
-        for keda in self.kedas:
-            keda.stop()
         for watch in self.watches:
             watch.stop()
         for name in self.names:

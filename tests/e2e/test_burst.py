@@ -49,9 +49,9 @@ def burst_rps(serve: bool) -> float:
     edge of 2 and a clean-clone run scaled to 2 only). ``serve: true``: the warm replicas serve
     too, and 3x of that base spread over the three serving replicas is 60% of each, which leaves the
     scaler at two active replicas (it sizes the active ones for the tokens in flight on every serving
-    replica at the target utilisation: ~5 requests of ~101 tokens each x 3 / (1024 x 0.75) -> 2) and
+    replica at the target utilisation: ~5 requests of ~101 tokens each x 3 / (1024 x 0.85) -> 2) and
     the pool short of the story (both warm replicas promoted). So the burst is 80% of every serving
-    replica's capacity: ~6.4 requests in flight on each, 3 x 6.4 x 101 / 768 -> 3 active replicas,
+    replica's capacity: ~6.4 requests in flight on each, 3 x 6.4 x 101 / 870 -> 3 active replicas,
     still under what the serving replicas admit, so no capacity refusal is needed to scale.
     """
     if serve:
@@ -88,7 +88,7 @@ async def test_burst_scales_out_through_keda_and_the_hpa_by_promoting_warm_repli
         f"burst-{'serve' if serve else 'idle'}", replicas=ACTIVE, warm=WARM, max_replicas=3, karpenter=True
     )
     body["spec"]["warmPool"]["serve"] = serve
-    name = pools.create(body, keda="real")
+    name = pools.create(body)
     # Three pods, each on a GPU node Karpenter launches for it.
     pools.wait_serving(name, active=ACTIVE, warm=WARM, timeout_s=180)
     serving = ACTIVE + (WARM if serve else 0)

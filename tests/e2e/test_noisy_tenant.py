@@ -26,7 +26,7 @@ DURATION_S = 30  # six syncs of the HPA (5 s on the local cluster)
 
 
 async def test_noisy_tenant_is_refused_alone_and_buys_no_replicas(pools, endpoints) -> None:
-    name = pools.create(pool_body("noisy", replicas=1, warm=1, max_replicas=3), keda="real")
+    name = pools.create(pool_body("noisy", replicas=1, warm=1, max_replicas=3))
     pools.wait_serving(name, active=1, warm=1)
     # the warm replica serves too (the default): two replicas behind the Service, two quotas
     wait_for(lambda: len(endpoints(name)()) == 2, what="the active and the warm replica behind the Service")

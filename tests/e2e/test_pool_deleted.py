@@ -1,5 +1,5 @@
-"""A deleted pool leaves nothing behind: its Deployment, Service, ConfigMap, ScaledObject, pods,
-and the processes that served them."""
+"""A deleted pool leaves nothing behind: its Deployment, Service, ConfigMap, ScaledObject, the HPA
+the real KEDA built from it, pods, and the processes that served them."""
 
 import kubernetes
 
@@ -21,14 +21,16 @@ def test_deleting_the_pool_removes_everything(pools) -> None:
     pools.wait_serving(name, active=1, warm=1)
     ns, api = pools.namespace, pools.launcher.api_client
     apps, core = kubernetes.client.AppsV1Api(api), kubernetes.client.CoreV1Api(api)
+    autoscaling = kubernetes.client.AutoscalingV2Api(api)
     custom = kubernetes.client.CustomObjectsApi(api)
     children = {
         "Deployment": lambda: apps.read_namespaced_deployment(name, ns),
         "Service": lambda: core.read_namespaced_service(name, ns),
         "ConfigMap": lambda: core.read_namespaced_config_map(f"{name}-admission", ns),
         "ScaledObject": lambda: custom.get_namespaced_custom_object("keda.sh", "v1alpha1", ns, "scaledobjects", name),
+        "HPA (KEDA's)": lambda: autoscaling.read_namespaced_horizontal_pod_autoscaler(f"keda-hpa-{name}", ns),
     }
-    wait_for(lambda: not any(_gone(read) for read in children.values()), timeout_s=30, what="every child")
+    wait_for(lambda: not any(_gone(read) for read in children.values()), timeout_s=60, what="every child")
     running = pools.launcher.agent.running(name)
     assert len(running) == 2
     pids = [proc for pod in running.values() for proc in (pod.sim, pod.sidecar)]

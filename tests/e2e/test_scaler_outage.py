@@ -32,7 +32,7 @@ def _condition(pool: dict, ctype: str) -> dict:
 
 async def test_scaler_killed_at_three_replicas_keeps_them_and_the_pool_says_keda_holds(pools, endpoints) -> None:
     launcher = pools.launcher
-    name = pools.create(pool_body("outage", replicas=1, warm=2, max_replicas=3), keda="real")
+    name = pools.create(pool_body("outage", replicas=1, warm=2, max_replicas=3))
     pools.wait_serving(name, active=1, warm=2)
     hpa = pools.real_keda(name)
     autoscaling = kubernetes.client.AutoscalingV2Api(launcher.api_client)
@@ -45,8 +45,8 @@ async def test_scaler_killed_at_three_replicas_keeps_them_and_the_pool_says_keda
     # Needs 3 active replicas at the scaler's utilisation target. The warm replicas serve (the
     # default), and the scaler sizes the active ones for the load of all of them: 1.8 replicas'
     # worth spread over the three serving replicas is ~5 requests of ~101 tokens in flight on each,
-    # 3 x 5 x 101 / (1024 x 0.75) -> 2 active replicas (seen: the scaler asked for 2, no more). 80% of every
-    # serving replica's capacity is ~6.4 on each: 3 x 6.4 x 101 / 768 -> 3.
+    # 3 x 5 x 101 / (1024 x 0.85) -> 2 active replicas (seen: the scaler asked for 2, no more). 80% of every
+    # serving replica's capacity is ~6.4 on each: 3 x 6.4 x 101 / 870 -> 3.
     rps = 0.8 * 3 * replica_capacity_rps()
     async with aiohttp.ClientSession() as http:
         client = load.Client(endpoints(name), http)

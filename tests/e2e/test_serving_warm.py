@@ -2,7 +2,7 @@
 ``tidegate.dev/serving=true``, the pod's real sidecar (run by the pod agent from its labels file and the
 operator's push) answers requests in the warm role, and turning ``serve`` off takes it out again.
 
-Nothing scales the pool here (KEDA paused for it): the point is who serves, not how many.
+Nothing scales the pool here (no load; minReplicas is its replicas): the point is who serves, not how many.
 """
 
 import aiohttp

@@ -23,7 +23,7 @@ By hand::
 
     eval "$(e2e/cluster/cluster.sh env)"
     .venv/bin/python -m tests.e2e.harness.launcher        # Ctrl-C stops everything
-    kubectl -n <printed namespace> apply -f my-pool.yaml     # then drive it with the KEDA stand-in
+    kubectl -n <printed namespace> apply -f my-pool.yaml     # the real KEDA and HPA then scale it
 """
 
 import argparse

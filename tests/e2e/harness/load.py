@@ -61,7 +61,7 @@ class Client:
         urls = [u for u in self.endpoints() if u != avoid] or self.endpoints()
         return urls[next(self._rr) % len(urls)] if urls else None
 
-    async def send(self, tenant: str, max_tokens: int = 8, url: str | None = None) -> Result:
+    async def send(self, tenant: str, max_tokens: int = 8, url: str | None = None, prompt: str = PROMPT) -> Result:
         """One streamed request (to ``url``, or the next endpoint); returns when the answer ended."""
         result = Result(time.monotonic(), tenant)
         self.results.append(result)
@@ -70,17 +70,17 @@ class Client:
             if target is None:
                 result.reason = "no_endpoint"
                 break
-            await self._attempt(target, tenant, max_tokens, result)
+            await self._attempt(target, tenant, max_tokens, result, prompt)
             if result.reason != "not_active" or url is not None:
                 break
             target = self._pick(avoid=target)
         result.ended_s = time.monotonic()
         return result
 
-    async def _attempt(self, url: str, tenant: str, max_tokens: int, result: Result) -> None:
+    async def _attempt(self, url: str, tenant: str, max_tokens: int, result: Result, prompt: str) -> None:
         body = {
             "model": scenario.MODEL,
-            "messages": [{"role": "user", "content": PROMPT}],
+            "messages": [{"role": "user", "content": prompt}],
             "max_tokens": max_tokens,
             "stream": True,
         }
@@ -105,8 +105,8 @@ class Client:
         except (aiohttp.ClientError, TimeoutError) as exc:
             result.reason = type(exc).__name__
 
-    def start(self, tenant: str, max_tokens: int = 8, url: str | None = None) -> asyncio.Task:
-        task = asyncio.create_task(self.send(tenant, max_tokens, url))
+    def start(self, tenant: str, max_tokens: int = 8, url: str | None = None, prompt: str = PROMPT) -> asyncio.Task:
+        task = asyncio.create_task(self.send(tenant, max_tokens, url, prompt))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return task

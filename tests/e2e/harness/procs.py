@@ -4,7 +4,7 @@ Every child gets a parent-death signal (Linux ``PR_SET_PDEATHSIG``, set by util-
 ``setpriv --pdeathsig TERM`` when it is installed): if the harness dies, even by SIGKILL, the
 kernel sends the child SIGTERM, so a crashed test run leaves no sidecar holding a pod's address.
 It is set by exec-ing through ``setpriv`` rather than in a ``preexec_fn``: a ``preexec_fn`` makes
-Python fork, and a forked copy of a process that runs gRPC (the KEDA stand-in) aborts in gRPC's
+Python fork, and a forked copy of a process that runs gRPC (a test may hold a gRPC client) aborts in gRPC's
 fork handlers; without one, Python spawns with vfork and no handler runs.
 """
 
