@@ -14,7 +14,7 @@ it and the warm replicas stay on top, serving (:mod:`tidegate.scaler.rates`). Wr
 ``L`` in-flight tokens, ``B`` mean token budget per replica, ``N`` current active replicas
 (ready or still starting), ``c`` the highest per-replica admitted rate ``A / n`` the law has seen
 *at the knee* in the last :data:`CAPACITY_MEMORY_S` (a window where the replicas were full: refusing
-for capacity above ``r*``, or token utilisation above the band ``t(1+h)`` for a sustained while, below; none seen: no ``c``;
+for capacity above ``r*``, or token utilisation above the band ``t(1+h)`` held for the sustain time below; none seen: no ``c``;
 forgotten when the pool refuses above ``r*`` with no replica starting while ``ceil(D / (c * t)) <= N``,
 since its replicas then no longer admit what they did, :func:`knee_contradicted`)::
 
@@ -35,7 +35,7 @@ prompts arriving together): one reading over the band is not yet load. A scale-u
 (and a knee from it) waits until ``u`` has stayed over ``t(1+h)`` for
 :attr:`Policy.utilization_sustain_s` (half a polling interval: the next reading, whoever asks). In
 the simulator's diurnal day one such reading at 104% bought a replica, and the knee it recorded
-then held it for 35 minutes (seed 2: 4.67 GPU-h, 4.13 without the knee, 4.07 with neither).
+then held it for 35 minutes (seed 2: 4.67 GPU-h; 4.13 learning no knee from it; 4.07 with the wait).
 Capacity refusals need no such wait: they are users being turned away.
 
 ``D / (A/n)`` is the demand in units of what one replica was observed to admit, so a
@@ -139,7 +139,8 @@ class Observation:
     Rates are per second, summed over ``reporting`` pods; ``window_s`` is the mean window they cover
     (0: no pod has a baseline yet). ``reporting_share``: the same pods, each counted by the share of
     the rate window its counts cover (a pod that joined 10 s into a 60 s window: 1/6), the number of
-    replicas the rates were earned by (None: ``reporting``; :func:`tidegate.scaler.rates.observe`). Gauges are summed over the pods in the Service with fresh stats;
+    replicas the rates were earned by (None: ``reporting``; :func:`tidegate.scaler.rates.observe`).
+    Gauges are summed over the pods in the Service with fresh stats;
     ``token_budget`` over the ``fresh`` ones among them whose budget is known (a replica still reading
     its capacity from the model server reports none: the per-replica budget is the mean of the known
     ones, never lowered by a 0).
