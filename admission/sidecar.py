@@ -42,7 +42,9 @@ its ticket, which is then never dispatched.
 
 Slow clients: the body of an admitted path must arrive within ``bodyReadTimeoutSeconds`` of the
 handler starting (a total deadline, so trickling a byte at a time does not extend it), else 408
-``body_read_timeout`` and the connection is closed. Nothing is reserved before the body is read.
+``body_read_timeout`` and the connection is closed (after a lingering close of at most
+:data:`LINGER_S`, so the answer reaches a client that is still sending). Nothing is reserved before
+the body is read.
 
 Roles: requests are taken in the ``active`` role, and in the ``warm`` one when the pod's
 ``tidegate.dev/serving`` label is ``"true"`` (``spec.warmPool.serve``: the Service sends warm pods
@@ -134,6 +136,26 @@ async def openai_http_errors(request: web.Request, handler: Handler) -> web.Stre
 
 
 _HTTP_ERROR_CODES = {404: "not_found", 405: "method_not_allowed", 413: "request_body_too_large"}
+
+
+LINGER_S = 1.0
+"""After the slow-loris 408: how long the sidecar reads and drops what a client still sends, its
+side already shut, before it closes (aiohttp's own lingering would read for 10 s)."""
+
+
+async def _linger(request: web.Request) -> None:
+    """Shut our side of the connection (the client reads the answer, then end of stream), and read
+    and drop what it still sends for up to :data:`LINGER_S`, or until it closes: closing a socket
+    with unread input makes the kernel send a reset, which can reach the client before it has read
+    the answer and throw it away (the usual "lingering close" of HTTP servers, RFC 9112 9.6)."""
+    transport = request.transport
+    if transport is None or transport.is_closing() or not transport.can_write_eof():
+        return
+    transport.write_eof()
+    with contextlib.suppress(TimeoutError, aiohttp.ClientPayloadError, ConnectionError):
+        async with asyncio.timeout(LINGER_S):
+            while await request.content.readany():
+                pass
 
 
 class BodyTooLarge(Exception):
@@ -357,6 +379,7 @@ class Sidecar:
             response.force_close()  # "Connection: close"; then close it ourselves, or aiohttp would linger
             await response.prepare(request)  # reading the rest of the body for up to 10 s
             await response.write_eof()
+            await _linger(request)
             request.protocol.force_close()
             return response
         try:

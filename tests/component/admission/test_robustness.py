@@ -424,3 +424,35 @@ async def test_a_client_expecting_100_continue_is_answered_by_a_backend_that_ign
         assert sidecar.snapshot().completed_total == 1
     finally:
         server.close()
+
+
+async def test_a_trickling_client_that_reads_late_still_gets_its_408(start_sim, start_sidecar) -> None:
+    """The slow-loris answer must reach a client that is still sending: a busy client reads it a
+    second after the sidecar's deadline, its chunks still going out. Closing at once with its unread
+    chunks in the socket made the kernel answer with a reset that threw the 408 away (a clean-clone CI
+    run on a loaded machine saw ECONNRESET here); the sidecar now shuts its side, reads and drops
+    what still comes for a short while, then closes."""
+    import socket
+
+    sim = await start_sim()
+    sidecar = await start_sidecar(sim.url, admission={"bodyReadTimeoutSeconds": 0.5})
+
+    def client() -> bytes:
+        with socket.create_connection(("127.0.0.1", _port(sidecar)), timeout=5) as s:
+            s.sendall(
+                b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                b"Transfer-Encoding: chunked\r\n\r\n"
+            )
+            deadline = time.monotonic() + 1.5  # writing, not reading, well past the 0.5 s deadline
+            with contextlib.suppress(OSError):
+                while time.monotonic() < deadline:
+                    s.sendall(b"1\r\n \r\n")
+                    time.sleep(0.1)
+            raw = b""
+            while chunk := s.recv(65536):
+                raw += chunk
+            return raw
+
+    raw = await asyncio.to_thread(client)
+    assert raw.startswith(b"HTTP/1.1 408"), raw[:80]
+    assert b"body_read_timeout" in raw
