@@ -267,11 +267,12 @@ def observe(
         tenants |= delta.capacity_rejected_tenants
     windows = [d.window_s for d in deltas]
     pool_window = min(window_s, max(windows)) if window_s is not None and windows else None
-    # each pod's share of the pool's window (1: it covers all of it)
+    # each pod's share of the pool's window (1: it covers all of it); its counts weigh share / its window
     shares = [1.0 if pool_window is None else min(1.0, d.window_s / pool_window) for d in deltas]
-    admitted = sum(d.admitted / d.window_s * s for d, s in zip(deltas, shares, strict=True))
-    cap = sum(d.capacity_rejected / d.window_s * s for d, s in zip(deltas, shares, strict=True))
-    pol = sum(d.policy_rejected / d.window_s * s for d, s in zip(deltas, shares, strict=True))
+    weights = [s / d.window_s for d, s in zip(deltas, shares, strict=True)]
+    admitted = sum(d.admitted * w for d, w in zip(deltas, weights, strict=True))
+    cap = sum(d.capacity_rejected * w for d, w in zip(deltas, weights, strict=True))
+    pol = sum(d.policy_rejected * w for d, w in zip(deltas, weights, strict=True))
     return Observation(
         active=active,
         starting=starting,

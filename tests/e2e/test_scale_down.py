@@ -16,9 +16,17 @@ import time
 import aiohttp
 
 from tests.cluster.conftest import wait_for
-from tests.e2e.conftest import BATCH_SLOWDOWN, MAX_CONCURRENCY, MAX_TOKENS, pool_body, request_cost_tokens
+from tests.e2e.conftest import (
+    BATCH_SLOWDOWN,
+    MAX_CONCURRENCY,
+    MAX_TOKENS,
+    TOKEN_BUDGET,
+    pool_body,
+    request_cost_tokens,
+)
 from tests.e2e.harness import load
 from tidegate.api import constants
+from tidegate.api.scaling import ScalingSpec
 from tidegate.operator.builders.scaled_object import SCALE_DOWN_WINDOW_S
 
 COOLDOWN_S = 3  # the scaling law's cooldown
@@ -40,7 +48,8 @@ async def test_scale_down_through_the_real_hpa_keeps_in_flight_streams(pools, en
     # two can: ~4.3 s per request on a replica holding ~4 sequences, 3 req/s -> ~13 requests of 101
     # tokens in flight, 1,300 / (1,024 x 0.85) -> 2 active replicas, no refusal on three serving ones.
     seconds = MAX_TOKENS * (1 + BATCH_SLOWDOWN * 3) / DECODE_TPS
-    assert 1.2 < 3.0 * seconds * request_cost_tokens() / (1024 * 0.85) < 1.8
+    target = ScalingSpec().target_utilization  # the pool leaves it at its default
+    assert 1.2 < 3.0 * seconds * request_cost_tokens() / (TOKEN_BUDGET * target) < 1.8
     assert 3.0 * seconds / 3 < MAX_CONCURRENCY
     async with aiohttp.ClientSession() as http:
         client = load.Client(endpoints(name), http)
