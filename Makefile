@@ -76,20 +76,20 @@ e2e: venv cluster-build
 
 # Every tier. The CPU-bound tiers (unit, component, real-engine) on CPU_WORKERS pytest-xdist workers,
 # then, in one process, their `timing` tests (wall-clock bounds that CPU contention breaks: pyproject).
-# The cluster tier, which mostly waits on the real HPA, KEDA and Karpenter, on TEST_WORKERS workers,
-# one file per worker at a time, the longest files first (tests/conftest.py); then the e2e tier (its
-# load measures the sidecars' refusals, which 2 cores shared with workers distort) and the `alone`
-# tests in one process. The local control plane starts once for both cluster runs and is deleted at
-# the end if this run started it (unless TIDEGATE_KEEP_CLUSTER=1). Every run always runs; one exit status.
+# Then the cluster and e2e tiers together on TEST_WORKERS workers: they mostly wait on the real HPA,
+# KEDA and Karpenter. One file per worker at a time, the e2e tier as one unit (its tests share one
+# launcher) and the longest files first (tests/conftest.py). Last the `alone` tests in one process.
+# The local control plane starts once for both cluster runs and is deleted at the end if this run
+# started it (unless TIDEGATE_KEEP_CLUSTER=1). Every run always runs; one exit status.
 CPU_WORKERS ?= 2
-TEST_WORKERS ?= 3
+TEST_WORKERS ?= 4
 test: lint engines-build cluster-build
 	@rc=0; started=; \
 	$(CLUSTER) status >/dev/null 2>&1 || started=1; \
 	$(VENV)/bin/pytest -m "not (cluster or e2e or timing)" -n $(CPU_WORKERS) --dist loadfile || rc=1; \
 	$(VENV)/bin/pytest -m "timing and not (cluster or e2e)" || rc=1; \
-	TIDEGATE_KEEP_CLUSTER=1 $(VENV)/bin/pytest -m "cluster and not alone" -n $(TEST_WORKERS) --dist loadfile || rc=1; \
-	TIDEGATE_KEEP_CLUSTER=1 $(VENV)/bin/pytest -m "e2e or alone" || rc=1; \
+	TIDEGATE_KEEP_CLUSTER=1 $(VENV)/bin/pytest -m "(cluster or e2e) and not alone" -n $(TEST_WORKERS) --dist loadfile || rc=1; \
+	TIDEGATE_KEEP_CLUSTER=1 $(VENV)/bin/pytest -m "alone" || rc=1; \
 	if [ -n "$$started" ] && [ -z "$$TIDEGATE_KEEP_CLUSTER" ]; then $(CLUSTER) down >/dev/null || rc=1; fi; \
 	exit $$rc
 

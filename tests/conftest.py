@@ -3,7 +3,7 @@ tests/cluster -> ``cluster`` (needs the local API server), tests/real_engine -> 
 (llama.cpp's llama-server with a real model), e2e/ -> ``e2e``.
 
 Under pytest-xdist (``make test`` runs the CPU-bound tiers with ``-n 2 --dist loadfile``, then the
-cluster tier with ``-n 3 --dist loadfile``, then the e2e tier and ``alone`` tests in one process)
+cluster and e2e tiers together with ``-n 4 --dist loadfile``, then the ``alone`` tests in one process)
 each test file runs on one worker (a module's ``operator`` starts once) and the e2e tier on one
 worker (its tests share one launcher: chart, operator, scaler, pod agent); each cluster test has a
 namespace of its own. Tests marked ``alone`` need the cluster to themselves (Karpenter's scheduling

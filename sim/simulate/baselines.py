@@ -33,8 +33,12 @@ pod. It is the baselines' counterpart of tidegate's warm pool in ``tidegate simu
 """
 
 import abc
+import math
 from typing import Any
 
+import numpy as np
+
+from tidegate.sim.simulate import workload
 from tidegate.sim.simulate.cluster import Pod
 from tidegate.sim.simulate.hpa import DEFAULT_BEHAVIOR, MetricType
 
@@ -104,6 +108,11 @@ class Policy(abc.ABC):
         """The HPA ``behavior`` of this policy's scale target: the HPA's defaults."""
         return DEFAULT_BEHAVIOR
 
+    def sized_replicas(self, sim: Any) -> int | None:
+        """``spec.replicas`` the policy sets itself this poll, bypassing the HPA; ``None`` (every
+        real policy): the HPA decides from :meth:`metric`."""
+        return None
+
     def tick(self, sim: Any) -> None:  # noqa: B027 (an optional hook)
         """Periodic upkeep every 0.1 s (only when ``ticks``)."""
 
@@ -168,3 +177,37 @@ class GpuUtilization(Baseline):
         utils = [sum(p.busy_samples[-30:]) / len(p.busy_samples[-30:]) for p in pods if p.busy_samples]
         mean = sum(utils) / len(utils) if utils else 0.0
         return mean, float(self.params.get("gpu_util_target", 0.8)), MetricType.UTILIZATION
+
+
+class Oracle(GieShedding):
+    """Not a product: the **lower bound** a frontier is read against. It knows the scenario's
+    expected load ahead of time and sizes ``spec.replicas`` itself, with no HPA in between.
+
+    At every poll ``spec.replicas = max(1, ceil(R / oracle_replica_rate))``, where ``R`` is the
+    highest expected arrival rate (requests/s, every stream, :func:`~.workload.rate_multiplier`)
+    over ``[now, now + lead]`` and ``lead`` the cold start at two standard deviations (node
+    provisioning plus model load): a replica it asks for is serving before the load it was asked
+    for arrives, and is removed the poll that load has passed. ``oracle_replica_rate`` (default 4
+    requests/s a replica) is its only knob; ``tidegate simulate --frontier`` sweeps it, so the
+    cheapest point reaching a level is what a policy with perfect foresight of the load (not of
+    its noise, nor of faults) and GIE's routing and shedding needs. It ignores ``minReplicas``.
+    """
+
+    name = "oracle"
+
+    def setup(self, sim: Any) -> None:
+        super().setup(sim)
+        sc = sim.scenario
+        lead = 0.0
+        for d in (sc.cluster.node_provisioning_s, sc.cluster.model_load_s):
+            lead += max(d.min, d.mean + 2 * d.sd)
+        self._times = np.arange(0.0, lead + 5.0, 5.0)
+        self._rate = float(self.params.get("oracle_replica_rate", 4.0))
+
+    def sized_replicas(self, sim: Any) -> int | None:
+        t = sim.now + self._times
+        demand = sum(s.rate_per_s * workload.rate_multiplier(sim.scenario, s, t) for s in sim.scenario.streams)
+        return min(sim.scenario.scaling.max_replicas, max(1, math.ceil(float(np.max(demand)) / self._rate)))
+
+    def metric(self, sim: Any) -> tuple[float, float, MetricType]:
+        return 0.0, 1.0, MetricType.AVERAGE_VALUE  # unused: sized_replicas answers every poll

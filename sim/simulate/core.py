@@ -245,9 +245,11 @@ class Simulator:
                 self._kill(pod, "evicted")
 
     def _on_hpa(self, _: Any) -> None:
-        value, target, kind = self.policy.metric(self)
-        current = self.policy.hpa_current(self)
-        new = self.hpa.sync(self.now, value, target, kind, current) + self.policy.headroom
+        new = self.policy.sized_replicas(self)
+        if new is None:
+            value, target, kind = self.policy.metric(self)
+            current = self.policy.hpa_current(self)
+            new = self.hpa.sync(self.now, value, target, kind, current) + self.policy.headroom
         if new != self.desired:
             self.actions.append(ScaleAction(self.now, self.desired, new))
             self.desired = new

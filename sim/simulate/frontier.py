@@ -43,6 +43,13 @@ from tidegate.sim.simulate.scenario import Scenario
 LEVELS = (0.95, 0.99, 0.999)
 """Attainment levels the reach table reports (ratios 0..1)."""
 
+BASELINES = frozenset(policies.POLICIES) - {"tidegate"}
+"""The policies a dominance check counts: not tidegate, not the oracle (a bound no one can run)."""
+
+ORACLE_RATES = (1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0, 4.5, 5.0, 6.0)
+"""Requests/s a replica is given by :class:`~.baselines.Oracle`: its grid, wide enough that each
+scenario's cheapest point reaching 99% is inside it."""
+
 
 class FrontierError(ValueError):
     """A grid or knob that cannot be run (unknown name, a value the spec refuses)."""
@@ -80,6 +87,7 @@ KNOBS: dict[str, Callable[[Scenario, float], Scenario]] = {
     "http_concurrency_target": _baseline("http_concurrency_target"),
     "gpu_util_target": _baseline("gpu_util_target"),
     "headroom_replicas": _baseline("headroom_replicas"),
+    "oracle_replica_rate": _baseline("oracle_replica_rate"),  # the bound (baselines.Oracle)
     # any policy: the HPA's floor (the pool starts there too) and ceiling
     "minReplicas": _min_replicas,
     "maxReplicas": _scaling("max_replicas"),
@@ -88,13 +96,6 @@ KNOBS: dict[str, Callable[[Scenario, float], Scenario]] = {
 
 Config = tuple[tuple[str, float], ...]
 """One configuration: ``((knob, value), ...)`` in the grid's knob order; ``()`` is the scenario as written."""
-
-_THRESHOLD = {
-    "queue": "queue_waiting_target",
-    "gie": "queue_waiting_target",
-    "http": "http_concurrency_target",
-    "gpu": "gpu_util_target",
-}
 
 
 def _product(**axes: Iterable[float]) -> list[Config]:
@@ -135,6 +136,7 @@ GRIDS: dict[str, dict[str, list[Config]]] = {
             *_product(gpu_util_target=(0.6, 0.8, 0.95), headroom_replicas=(0,)),
             *_product(gpu_util_target=(0.8,), headroom_replicas=(2,)),
         ],
+        "oracle": _product(oracle_replica_rate=ORACLE_RATES),
     },
     "small": {
         "tidegate": _product(warm_pool=(0, 2)),
@@ -397,7 +399,7 @@ def dominators(pts: Iterable[Point], default: Point) -> list[Point]:
         (
             p
             for p in pts
-            if p.policy != "tidegate" and p.attainment >= default.attainment and p.gpu_hours <= default.gpu_hours
+            if p.policy in BASELINES and p.attainment >= default.attainment and p.gpu_hours <= default.gpu_hours
         ),
         key=lambda p: (p.gpu_hours, -p.attainment),
     )

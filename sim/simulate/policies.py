@@ -12,8 +12,8 @@ POLICIES: dict[str, type[baselines.Policy]] = {
 }
 """The matrix: tidegate and the four baselines."""
 
-VARIANTS: dict[str, type[baselines.Policy]] = {"tidegate-hpa300": TidegateHpaWindow}
-"""Runnable by name, not in the default matrix."""
+VARIANTS: dict[str, type[baselines.Policy]] = {"tidegate-hpa300": TidegateHpaWindow, "oracle": baselines.Oracle}
+"""Runnable by name, not in the default matrix (``oracle``: the frontier's lower bound, not a baseline)."""
 
 
 class UnknownPolicy(ValueError):

@@ -198,3 +198,22 @@ def test_a_tenant_refused_over_its_quota_is_not_a_miss_and_is_left_out_for_every
     # a baseline is measured on the same requests: the noisy tenant is left out for it too
     base = core.Simulator(sc, policies.make("queue"), seed=1).run()
     assert frontier.in_quota_attainment(base) == pytest.approx(report.summarize(base).tenant_attainment["a"], abs=1e-6)
+
+
+def test_the_oracle_has_the_spikes_replicas_serving_when_it_starts_and_returns_them_after() -> None:
+    # 3 req/s, x3 from 150 s to 250 s; cold start at 2 sd = (60 + 2 x 10) + 30 s: the oracle asks at
+    # the first poll after 150 - 110 = 40 s, the replicas serve before 150 s and go once it has passed
+    sc = scenario.parse({**BASE, "load": {"spikes": [{"start_s": 150, "end_s": 250, "factor": 3}]}, "faults": []})
+    sim = core.Simulator(frontier.configure(sc, (("oracle_replica_rate", 3.0),)), policies.make("oracle"), seed=1).run()
+    assert [(a.time_s, a.after) for a in sim.actions] == [(45.0, 3), (255.0, 1)]  # 9 req/s at 3 a replica
+    serving = {row["t"]: row["serving"] for row in sim.timeline}
+    assert all(n == 3 for t, n in serving.items() if 150 <= t < 250)
+
+
+def test_the_oracle_is_a_bound_on_the_frontier_not_a_baseline_that_dominates() -> None:
+    default = _p("tidegate", 0.99, 4.0, config=())
+    oracle = _p("oracle", 0.999, 2.0, config=(("oracle_replica_rate", 3.0),))
+    assert frontier.dominators([default, oracle], default) == []
+    table = frontier.reach_table("s", [default, _p("queue", 0.9, 3.0), oracle])
+    assert table.splitlines()[-1].startswith("| oracle | 1 | 2.00 / 2.00 | 2.00 / 2.00 |")
+    assert "oracle" in frontier.GRIDS["full"] and "oracle" not in policies.POLICIES  # not in --all's matrix
