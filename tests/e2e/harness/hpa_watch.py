@@ -14,6 +14,7 @@ controller reads ``external.metrics.k8s.io`` from KEDA's metrics API server ever
 """
 
 import dataclasses
+import datetime
 import json
 import threading
 import time
@@ -39,12 +40,14 @@ class ScaleWrite:
 
 @dataclasses.dataclass(frozen=True)
 class Decision:
-    """A decision of the scaler as its side port reported it (``t_s``: monotonic, when first seen)."""
+    """A decision of the scaler as its side port reported it (``t_s``: monotonic, when first seen;
+    ``made_wall_s``: epoch seconds when the scaler made it, whole seconds as the side port gives it)."""
 
     t_s: float
     desired: int
     metric: float
     text: str
+    made_wall_s: float
 
 
 class HpaWatch:
@@ -129,7 +132,13 @@ class HpaWatch:
                     if d and key != last_decision:
                         last_decision = key
                         self.decisions.append(
-                            Decision(now, int(d["desired"]), float(d.get("metricValue") or 0), d["text"])
+                            Decision(
+                                now,
+                                int(d["desired"]),
+                                float(d.get("metricValue") or 0),
+                                d["text"],
+                                datetime.datetime.fromisoformat(d["time"]).timestamp(),
+                            )
                         )
                     self.hpa_desired.append((now, self.hpa().status.desired_replicas))
             except Exception as exc:  # recorded; a test that needs the data fails on its absence
