@@ -183,14 +183,17 @@ class Oracle(GieShedding):
     """Not a product: the **lower bound** a frontier is read against. It knows the scenario's
     expected load ahead of time and sizes ``spec.replicas`` itself, with no HPA in between.
 
-    At every poll ``spec.replicas = max(1, ceil(R / oracle_replica_rate))``, where ``R`` is the
-    highest expected arrival rate (requests/s, every stream, :func:`~.workload.rate_multiplier`)
-    over ``[now, now + lead]`` and ``lead`` the cold start at two standard deviations (node
-    provisioning plus model load): a replica it asks for is serving before the load it was asked
-    for arrives, and is removed the poll that load has passed. ``oracle_replica_rate`` (default 4
-    requests/s a replica) is its only knob; ``tidegate simulate --frontier`` sweeps it, so the
-    cheapest point reaching a level is what a policy with perfect foresight of the load (not of
-    its noise, nor of faults) and GIE's routing and shedding needs. It ignores ``minReplicas``.
+    At every poll ``spec.replicas = max(1, ceil(R / oracle_replica_rate)) + headroom_replicas``,
+    where ``R`` is the highest expected arrival rate (requests/s, every stream,
+    :func:`~.workload.rate_multiplier`) over ``[now, now + lead]``, and ``lead``
+    (``oracle_lead_s``) by default the cold start at two standard deviations (node provisioning
+    plus model load): a replica it asks for is serving before the load it was asked for arrives,
+    and is removed the poll that load has passed. A negative ``oracle_lead_s`` makes it a perfect
+    *reactive* scaler instead: it sizes for the expected load ``-lead`` seconds ago (no foresight,
+    no noise, no lag beyond that). ``oracle_replica_rate`` defaults to 4 requests/s a replica;
+    ``tidegate simulate --frontier`` sweeps it, so the cheapest point reaching a level is what
+    perfect knowledge of the load (not of its noise, nor of faults) and GIE's routing and
+    shedding need. It ignores ``minReplicas``.
     """
 
     name = "oracle"
@@ -198,16 +201,16 @@ class Oracle(GieShedding):
     def setup(self, sim: Any) -> None:
         super().setup(sim)
         sc = sim.scenario
-        lead = 0.0
-        for d in (sc.cluster.node_provisioning_s, sc.cluster.model_load_s):
-            lead += max(d.min, d.mean + 2 * d.sd)
-        self._times = np.arange(0.0, lead + 5.0, 5.0)
+        cold = sum(max(d.min, d.mean + 2 * d.sd) for d in (sc.cluster.node_provisioning_s, sc.cluster.model_load_s))
+        lead = float(self.params.get("oracle_lead_s", cold))
+        self._offsets = np.arange(0.0, lead + 5.0, 5.0) if lead >= 0 else np.array([lead])
         self._rate = float(self.params.get("oracle_replica_rate", 4.0))
 
     def sized_replicas(self, sim: Any) -> int | None:
-        t = sim.now + self._times
+        t = sim.now + self._offsets
         demand = sum(s.rate_per_s * workload.rate_multiplier(sim.scenario, s, t) for s in sim.scenario.streams)
-        return min(sim.scenario.scaling.max_replicas, max(1, math.ceil(float(np.max(demand)) / self._rate)))
+        needed = max(1, math.ceil(float(np.max(demand)) / self._rate))
+        return min(sim.scenario.scaling.max_replicas, needed + self.headroom)
 
     def metric(self, sim: Any) -> tuple[float, float, MetricType]:
         return 0.0, 1.0, MetricType.AVERAGE_VALUE  # unused: sized_replicas answers every poll

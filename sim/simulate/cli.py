@@ -8,12 +8,14 @@ Examples::
     tidegate simulate --all --decode-scale 0.5 --scenarios spike    # sensitivity to the replica model
     tidegate simulate --frontier --jobs 2                            # Pareto frontiers, out/frontier/
     tidegate simulate --frontier --grid small --scenarios spike --seeds 0 --cold-start-s 240
+    tidegate simulate --frontier --grid bounds --scenarios mixed --cold-start-s 2  # what foresight needs
 
 Prints Markdown tables (summary, then refusals by class and reason); ``--out DIR`` also writes
 ``table.md``, ``summary.json`` and one PNG per scenario (needs ``tidegate[sim]``).
 
 ``--frontier`` runs every policy over a grid of its knobs (tidegate: warm pool and whether it serves, targetUtilization,
-targetCapacityRejectRate; the baselines: their threshold and headroom replicas) on every scenario
+targetCapacityRejectRate; the baselines: their threshold and headroom replicas; the ``oracle``, a lower
+bound that is not a baseline: its requests/s per replica) on every scenario
 and seed, prints per scenario the GPU-hours each policy needs to reach 95%, 99% and 99.9%
 interactive SLO attainment and whether a baseline dominates tidegate's default, and writes
 ``frontier.md``, ``runs.jsonl``, ``<scenario>.md`` and ``<scenario>.png`` (attainment vs GPU-hours,
@@ -58,7 +60,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--jobs", type=int, default=1, help="worker processes for --all/--frontier (default: %(default)s)")
     p.add_argument("--frontier", action="store_true", help="Pareto frontiers of every policy's knobs (see above)")
-    p.add_argument("--grid", default="full", help="with --frontier: full | small (default: %(default)s)")
+    p.add_argument(
+        "--grid",
+        default="full",
+        help="with --frontier: full | small | bounds (the oracle with and without foresight) (default: %(default)s)",
+    )
     p.add_argument("--seeds", default="0,1,2", help="with --frontier: comma-separated seeds (default: %(default)s)")
     p.add_argument(
         "--from-runs",

@@ -88,6 +88,7 @@ KNOBS: dict[str, Callable[[Scenario, float], Scenario]] = {
     "gpu_util_target": _baseline("gpu_util_target"),
     "headroom_replicas": _baseline("headroom_replicas"),
     "oracle_replica_rate": _baseline("oracle_replica_rate"),  # the bound (baselines.Oracle)
+    "oracle_lead_s": _baseline("oracle_lead_s"),
     # any policy: the HPA's floor (the pool starts there too) and ceiling
     "minReplicas": _min_replicas,
     "maxReplicas": _scaling("max_replicas"),
@@ -144,6 +145,13 @@ GRIDS: dict[str, dict[str, list[Config]]] = {
         "gie": _product(queue_waiting_target=(2,)),
         "http": _product(http_concurrency_target=(8,)),
         "gpu": _product(gpu_util_target=(0.8,)),
+    },
+    # the oracle alone, with and without foresight: `--grid bounds --policies oracle`
+    "bounds": {
+        "oracle": [
+            *_product(oracle_replica_rate=ORACLE_RATES),
+            *_product(oracle_replica_rate=ORACLE_RATES, oracle_lead_s=(-15,), headroom_replicas=(0, 1)),
+        ],
     },
 }
 """Named grids: policy -> configurations; a knob a configuration leaves out keeps the scenario's

@@ -208,6 +208,11 @@ def test_the_oracle_has_the_spikes_replicas_serving_when_it_starts_and_returns_t
     assert [(a.time_s, a.after) for a in sim.actions] == [(45.0, 3), (255.0, 1)]  # 9 req/s at 3 a replica
     serving = {row["t"]: row["serving"] for row in sim.timeline}
     assert all(n == 3 for t, n in serving.items() if 150 <= t < 250)
+    # without foresight (sizing for the load 15 s ago, one spare replica): it asks once the spike is
+    # on and its replicas come a cold start later
+    late = frontier.configure(sc, (("oracle_replica_rate", 3.0), ("oracle_lead_s", -15), ("headroom_replicas", 1)))
+    sim = core.Simulator(late, policies.make("oracle"), seed=1).run()
+    assert [(a.time_s, a.after) for a in sim.actions] == [(165.0, 4), (270.0, 2)]  # from 1 + 1 spare
 
 
 def test_the_oracle_is_a_bound_on_the_frontier_not_a_baseline_that_dominates() -> None:
