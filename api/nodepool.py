@@ -99,7 +99,11 @@ class DisruptionSpec(ApiModel):
         description="Idle time before a node may be consolidated, e.g. `10m`, or `Never`.",
     )
     budgets: list[DisruptionBudget] = Field(
-        default_factory=lambda: [DisruptionBudget(nodes="1")], max_length=50, description="Disruption budgets."
+        default_factory=lambda: [DisruptionBudget(nodes="1")],
+        min_length=1,
+        max_length=50,
+        description="Disruption budgets; leave the field out for the default, one node at a time. At least one: "
+        "Karpenter reads an empty list as no budget at all (every node may be disrupted at once).",
     )
 
 
@@ -124,7 +128,9 @@ class NodePoolSpec(ApiModel):
     limits: dict[str, IntOrString] = Field(
         default_factory=dict,
         description="Most resources the NodePool may provision, e.g. `{nvidia.com/gpu: 16}`. Leave room "
-        "for max replicas + warm pool + surge, or replicas stay Pending.",
+        "for max replicas + warm pool + surge, or replicas stay Pending. Empty: `nvidia.com/gpu` = (maxReplicas + "
+        "warmPool.size + 1) x GPUs per replica; Karpenter counts all the GPUs of each node it launches, so set it "
+        "when instance types have more GPUs than a replica uses.",
     )
     taint_gpu_nodes: bool = Field(
         default=True, description="Taint nodes `nvidia.com/gpu=true:NoSchedule` (pool pods tolerate it)."

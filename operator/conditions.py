@@ -24,6 +24,7 @@ class Integration(StrEnum):
     FAILED = "Failed"
     NOT_RECONCILED = "NotReconciled"  # written, but its controller has not acted on it
     NOT_READY = "NotReady"  # its controller reports it not Ready
+    NAME_TAKEN = "NameTaken"  # an object of that name belongs to another pool (or to no pool)
 
 
 @dataclass(frozen=True)

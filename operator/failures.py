@@ -56,6 +56,7 @@ class Reason:
     CRASH_LOOPING = "CrashLooping"  # CrashLoopBackOff
     ABOVE_MAX_REPLICAS = "AboveMaxReplicas"  # spec.replicas above scaling.maxReplicas
     KEDA_FAILED = "KedaFailed"  # the ScaledObject could not be applied, or its HPA was wrong
+    NODE_POOL_NAME_TAKEN = "NodePoolNameTaken"  # the pool's NodePool name is another pool's NodePool
 
 
 def _waiting_reason(kubelet_reason: str) -> str:
@@ -122,6 +123,16 @@ def _gpus(pod: Any) -> int:
     return total
 
 
+# Karpenter v1.14.1 counts every GPU of a node it would launch against the NodePool's limit; the
+# default limit counts the pods' GPUs, so with instance types of 8 GPUs and pods of 1, a limit of
+# (maxReplicas + warm + 1) x 1 launches nothing (seen with the real Karpenter, kwok provider).
+_OVER_LIMITS_HINT = (
+    " (Karpenter counts all the GPUs of a node it would launch against the NodePool's nvidia.com/gpu limit; "
+    "tidegate's default limit is (scaling.maxReplicas + warmPool.size + 1) x GPUs per replica: when every "
+    "instance type has more GPUs than that leaves, set spec.nodePool.limits)"
+)
+
+
 def unschedulable(
     pods: Iterable[Any], now_s: float, threshold_s: float, karpenter_says: Mapping[str, str] | None = None
 ) -> list[Problem]:
@@ -146,7 +157,8 @@ def unschedulable(
     found = [
         Problem(
             Reason.KARPENTER_CANNOT_PLACE,
-            f"{_pods(pod_names)} Pending for over {threshold_s:g} s, Karpenter launches no node for it: {says}",
+            f"{_pods(pod_names)} Pending for over {threshold_s:g} s, Karpenter launches no node for it: {says}"
+            + (_OVER_LIMITS_HINT if "exceed limits" in says else ""),
         )
         for says, pod_names in by_karpenter.items()
     ]

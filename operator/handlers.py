@@ -169,9 +169,15 @@ def pool_deleted(body: kopf.Body, **_: Any) -> None:
     METRICS.forget(ns, pool_name)
     kube = STATE.kube
     if kube.has_api("karpenter.sh/v1", "NodePool"):
-        np_name = names.node_pool_name(InferencePool.model_validate({**dict(body), "status": {}}))
-        if kube.delete("karpenter.sh/v1", "NodePool", np_name):
-            logs.for_pool(log, ns, pool_name).info("deleted NodePool %s", np_name)
+        pool = InferencePool.model_validate({**dict(body), "status": {}})
+        np_name = names.node_pool_name(pool)
+        # After any reconcile in flight (it read the pool before its deletion and would apply the
+        # NodePool again, left with no pool to delete it: seen when a namespace was deleted); the
+        # next one reads the deletionTimestamp and stops. Never another pool's NodePool of that name.
+        with STATE.locks[(ns, pool_name)]:
+            owned = names.owns_node_pool(pool, kube.get("karpenter.sh/v1", "NodePool", np_name))
+            if owned and kube.delete("karpenter.sh/v1", "NodePool", np_name):
+                logs.for_pool(log, ns, pool_name).info("deleted NodePool %s", np_name)
 
 
 @kopf.on.event("", "v1", "pods", labels={constants.LABEL_POOL: kopf.PRESENT})

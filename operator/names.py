@@ -1,6 +1,7 @@
 """Names and labels of the objects the operator makes for a pool (pure)."""
 
 import hashlib
+from typing import Any
 
 from tidegate.api import constants
 from tidegate.api.pool import InferencePool
@@ -60,6 +61,18 @@ def node_pool_name(pool: InferencePool) -> str:
         return name
     digest = hashlib.sha256(name.encode()).hexdigest()[:8]
     return f"{name[:54].rstrip('-')}-{digest}"
+
+
+def node_pool_owner(node_pool: dict[str, Any] | None) -> tuple[str | None, str | None]:
+    """``(namespace, pool)`` a NodePool's labels name (``(None, None)`` for one tidegate did not make)."""
+    labels = ((node_pool or {}).get("metadata") or {}).get("labels") or {}
+    return labels.get(LABEL_NAMESPACE), labels.get(constants.LABEL_POOL)
+
+
+def owns_node_pool(pool: InferencePool, node_pool: dict[str, Any] | None) -> bool:
+    """Whether ``node_pool`` is ``pool``'s own. Names can collide: ``team-a/llm`` and ``team/a-llm``
+    are both ``tidegate-team-a-llm``, and only the labels tell them apart."""
+    return node_pool_owner(node_pool) == (pool.metadata.namespace, pool.metadata.name)
 
 
 DRAIN_TOKEN_HEADER = "X-Tidegate-Drain-Token"

@@ -367,13 +367,23 @@ def _node_pool(
     if not pool.spec.node_pool.enabled:
         if has_api:
             existing = kube.get("karpenter.sh/v1", "NodePool", np_name)
-            if existing and existing["metadata"].get("labels", {}).get(constants.LABEL_POOL) == pool.metadata.name:
+            if existing and names.owns_node_pool(pool, existing):
                 kube.delete("karpenter.sh/v1", "NodePool", np_name)
         return Integration.DISABLED, "nodePool.enabled is false: pods use existing GPU nodes", None
     if not has_api:
         return (
             Integration.CRD_MISSING,
             "Karpenter is not installed (no karpenter.sh/v1 NodePool): install Karpenter v1",
+            None,
+        )
+    existing = kube.get("karpenter.sh/v1", "NodePool", np_name)
+    if existing and not names.owns_node_pool(pool, existing):
+        ns, other = names.node_pool_owner(existing)
+        whose = f"pool {ns}/{other}" if ns and other else "no tidegate pool (made by hand or another tool)"
+        return (
+            Integration.NAME_TAKEN,
+            f"NodePool {np_name} (tidegate-<namespace>-<pool>) belongs to {whose}: tidegate leaves it as it is; "
+            "rename this pool or move it to another namespace",
             None,
         )
     live = kube.apply(builders.node_pool(pool))
@@ -514,6 +524,8 @@ def reconcile(
     except Refused as refused:
         np_state, np_message, at_limit = Integration.FAILED, str(refused), None
         problems.append(Problem(Reason.API_REFUSED, str(refused)))
+    if np_state is Integration.NAME_TAKEN:
+        problems.append(Problem(Reason.NODE_POOL_NAME_TAKEN, np_message))
     problems += failures.deployment(live_deployment)
     # Pods held by the NodePool's limit are Pending for that reason, not for a missing device plugin.
     if at_limit:

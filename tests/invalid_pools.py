@@ -67,6 +67,8 @@ CASES = [
     Case("replicas-negative", {"replicas": -1}, "spec.replicas"),
     Case("unknown-engine", {"model": {"engine": "triton"}}, "spec.model.engine"),
     Case("node-pool-without-class", {"nodePool": {"enabled": True}}, "spec.nodePool.nodeClassRef"),
+    # Karpenter v1.14.1 reads an empty list as no budget: every node disrupted at once
+    Case("node-pool-no-budget", {"nodePool": {"disruption": {"budgets": []}}}, "spec.nodePool.disruption.budgets"),
     Case(
         "prometheus-without-url", {"scaling": {"signal": {"source": "prometheus"}}}, "spec.scaling.signal.prometheusUrl"
     ),

@@ -175,3 +175,19 @@ def test_a_pod_karpenter_cannot_place_is_reported_in_karpenters_words() -> None:
         "no instance type has enough resources, resources={...}"
     )
     assert sched.reason == "Unschedulable" and sched.message.startswith("pod p-1 ")  # no Karpenter event yet
+
+
+def test_a_pod_over_the_limit_by_the_nodes_gpus_is_told_the_default_limit_and_the_field_to_set() -> None:
+    # Real Karpenter v1.14.1 with only 8-GPU instance types and the default limit of 4 GPUs: nothing
+    # launches, and Karpenter's words alone do not point at tidegate's default
+    since = NOW - datetime.timedelta(seconds=30)
+    cond = V1PodCondition(
+        type="PodScheduled", status="False", reason="Unschedulable", message="", last_transition_time=since
+    )
+    pod = _pod("p-0", phase="Pending", conditions=[cond])
+    pod.metadata.uid = "u0"
+    says = {"u0": "all available instance types exceed limits for nodepool, resources={...}"}
+    (karp,) = failures.unschedulable([pod], NOW.timestamp(), threshold_s=10, karpenter_says=says)
+    assert karp.reason == "KarpenterCannotPlace"
+    assert "(scaling.maxReplicas + warmPool.size + 1) x GPUs per replica" in karp.message
+    assert "set spec.nodePool.limits" in karp.message
