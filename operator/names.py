@@ -71,8 +71,15 @@ def node_pool_owner(node_pool: dict[str, Any] | None) -> tuple[str | None, str |
 
 def owns_node_pool(pool: InferencePool, node_pool: dict[str, Any] | None) -> bool:
     """Whether ``node_pool`` is ``pool``'s own. Names can collide: ``team-a/llm`` and ``team/a-llm``
-    are both ``tidegate-team-a-llm``, and only the labels tell them apart."""
-    return node_pool_owner(node_pool) == (pool.metadata.namespace, pool.metadata.name)
+    are both ``tidegate-team-a-llm``, and only the labels tell them apart. One tidegate made before
+    its NodePools carried the namespace label (the pool's name, managed by tidegate) is adopted."""
+    namespace, name = node_pool_owner(node_pool)
+    if name != pool.metadata.name:
+        return False
+    if namespace is None:
+        labels = (node_pool or {}).get("metadata", {}).get("labels") or {}
+        return labels.get("app.kubernetes.io/managed-by") == "tidegate"
+    return namespace == pool.metadata.namespace
 
 
 DRAIN_TOKEN_HEADER = "X-Tidegate-Drain-Token"

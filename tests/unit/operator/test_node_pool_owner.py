@@ -71,3 +71,11 @@ def test_deleting_a_pool_never_deletes_another_pools_node_pool_of_the_same_name(
     assert "tidegate-team-a-llm" in kube.node_pools
     handlers.pool_deleted(body=first.model_dump(by_alias=True, mode="json"))
     assert "tidegate-team-a-llm" not in kube.node_pools
+
+
+def test_a_node_pool_made_before_the_namespace_label_is_still_the_pools_own() -> None:
+    pool = _pool("team-a", "llm")
+    old = {"metadata": {"labels": {"app.kubernetes.io/managed-by": "tidegate", "tidegate.dev/pool": "llm"}}}
+    assert names.owns_node_pool(pool, old)
+    by_hand = {"metadata": {"labels": {"tidegate.dev/pool": "llm"}}}
+    assert not names.owns_node_pool(pool, by_hand)
