@@ -137,13 +137,16 @@ def _when(event: Any) -> float:
     return stamp.timestamp() if stamp else 0.0
 
 
-def cannot_place(events: Iterable[Any]) -> dict[str, str]:
+def cannot_place(events: Iterable[Any], node_pool: str | None = None) -> dict[str, str]:
     """Karpenter's latest ``FailedScheduling`` message per pod uid, reduced to what it says of the pod's
-    own NodePool.
+    own NodePool (``node_pool``, its name).
 
     ``events``: ``CoreV1Event`` s of pods posted by Karpenter. The errors for other NodePools (their
-    requirements never match a pod that selects this NodePool) are left out, and so is the long
-    ``requirements=`` list; ``resources=`` (what the pod asks for) stays.
+    requirements never match a pod that selects this NodePool, and a clause naming another
+    ``NodePool=...``, such as its limits) are left out, and so is the long ``requirements=`` list;
+    ``resources=`` (what the pod asks for) stays. A pod of whom Karpenter said only things about other
+    NodePools has no entry (seen with the real Karpenter v1.14.1: a pool whose node class was missing
+    was told another NodePool's "exceed limits").
     """
     latest: dict[str, Any] = {}
     for event in events:
@@ -155,7 +158,16 @@ def cannot_place(events: Iterable[Any]) -> dict[str, str]:
         text = (event.message or "").removeprefix("Failed to schedule pod, ")
         # A requirement mismatch ("incompatible requirements, key K, ... not in ...", one "key" part per
         # key) is another NodePool's: the pool's pods select their own NodePool's nodes.
-        parts = [p for p in text.split("; ") if not p.startswith(("incompatible requirements, key ", "key "))]
+        every = text.split("; ")
+        others = [p for p in every if _names_another(p, node_pool)]
+        parts = [p for p in every if not p.startswith(("incompatible requirements, key ", "key ")) and p not in others]
+        if not parts and others:
+            continue
         parts = parts or [text]
         found[uid] = "; ".join(re.sub(r"requirements=.*?, (resources=)", r"\1", p) for p in parts)
     return found
+
+
+def _names_another(part: str, node_pool: str | None) -> bool:
+    named = re.search(r"NodePool=([^\s),;]+)", part)
+    return node_pool is not None and named is not None and named.group(1) != node_pool

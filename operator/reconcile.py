@@ -416,7 +416,7 @@ def _karpenter_says(
     if not any((age := _unschedulable_for(p, now_s)) is not None and age >= threshold_s for p in pods):
         return {}
     events = kube.pod_events(pool.metadata.namespace, "FailedScheduling", "karpenter")
-    return karpenter.cannot_place(events)
+    return karpenter.cannot_place(events, names.node_pool_name(pool))
 
 
 def _apply_or_report(kube: Kube, manifest: dict[str, Any], problems: list[Problem]) -> dict[str, Any] | None:

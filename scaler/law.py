@@ -483,7 +483,8 @@ def _stale_text(obs: Observation) -> str:
 
 def _up_text(policy: Policy, obs: Observation, reason: Reason, raw: int, limit: int) -> str:
     if reason is Reason.SATURATED:
-        why = f"capacity reject {_pct(obs.capacity_reject_rate)} across {obs.capacity_rejected_tenants} tenants"
+        n = obs.capacity_rejected_tenants
+        why = f"capacity reject {_pct(obs.capacity_reject_rate)} across {n} tenant{'' if n == 1 else 's'}"
     elif reason is Reason.UTILIZATION:
         why = f"token utilisation {_pct(obs.utilization or 0)} over target {_pct(policy.target_utilization)}"
     else:

@@ -152,7 +152,7 @@ async def test_capacity_rejections_in_prometheus_raise_desired(prometheus) -> No
     await _drive(pods, 6.0, capacity=5, policy=0)  # a third of the demand refused for capacity
     desired, text = await _observe_desired(url, pods, capacity=5, policy=0)
     assert desired > 3, text
-    assert "capacity reject" in text and "across 1 tenants" in text
+    assert "capacity reject" in text and "across 1 tenant" in text and "tenants" not in text
 
 
 async def test_policy_rejections_in_prometheus_buy_nothing(prometheus) -> None:

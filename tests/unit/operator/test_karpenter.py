@@ -87,6 +87,18 @@ def test_cannot_place_keeps_what_karpenter_says_of_the_pools_node_pool() -> None
     }
 
 
+def test_cannot_place_leaves_out_what_karpenter_says_of_another_node_pool() -> None:
+    # the real Karpenter v1.14.1, for a pod of tidegate-nc-missing (its node class missing)
+    other = (
+        "Failed to schedule pod, all available instance types exceed limits for nodepool "
+        "(NodePool=tidegate-lim-big8b); incompatible requirements, key karpenter.sh/nodepool, "
+        "karpenter.sh/nodepool In [tidegate-nc-missing] not in karpenter.sh/nodepool In [tidegate-leak2-p]"
+    )
+    assert karpenter.cannot_place([_event("u1", other, 1.0)], "tidegate-nc-missing") == {}
+    own = karpenter.cannot_place([_event("u1", other, 1.0)], "tidegate-lim-big8b")
+    assert own == {"u1": "all available instance types exceed limits for nodepool (NodePool=tidegate-lim-big8b)"}
+
+
 def test_cannot_place_takes_each_pods_latest_event() -> None:
     events = [_event("u1", "Failed to schedule pod, old", 5.0), _event("u1", BIG, 10.0), _event("u2", "x", 1.0)]
     says = karpenter.cannot_place(events)

@@ -28,6 +28,11 @@ def test_saturated_pool_sizes_from_capacity_demand_and_explains_itself() -> None
     assert d.active and d.capacity_reject_rate == 0.31
 
 
+def test_one_tenant_refused_is_said_in_the_singular() -> None:
+    d, _ = decide(WIDE, obs(admitted=69, capacity=31, capacity_rejected_tenants=1), LawState(), now_s=0)
+    assert d.text == "4 -> 8: capacity reject 31% across 1 tenant"
+
+
 def test_step_limit_caps_one_decision_and_says_what_demand_asked() -> None:
     policy = Policy(min_replicas=1, max_replicas=20, max_scale_up_step=2)
     d, _ = decide(policy, obs(admitted=69, capacity=31), LawState(), now_s=0)
