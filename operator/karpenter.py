@@ -159,9 +159,9 @@ def cannot_place(events: Iterable[Any], node_pool: str | None = None) -> dict[st
         # A requirement mismatch ("incompatible requirements, key K, ... not in ...", one "key" part per
         # key) is another NodePool's: the pool's pods select their own NodePool's nodes.
         every = text.split("; ")
-        others = [p for p in every if _names_another(p, node_pool)]
-        parts = [p for p in every if not p.startswith(("incompatible requirements, key ", "key ")) and p not in others]
-        if not parts and others:
+        mine = [p for p in every if not _names_another(p, node_pool)]
+        parts = [p for p in mine if not p.startswith(("incompatible requirements, key ", "key "))]
+        if not parts and len(mine) < len(every):
             continue
         parts = parts or [text]
         found[uid] = "; ".join(re.sub(r"requirements=.*?, (resources=)", r"\1", p) for p in parts)
@@ -169,5 +169,6 @@ def cannot_place(events: Iterable[Any], node_pool: str | None = None) -> dict[st
 
 
 def _names_another(part: str, node_pool: str | None) -> bool:
+    """Whether one clause of Karpenter's message names a ``NodePool=`` other than ``node_pool``."""
     named = re.search(r"NodePool=([^\s),;]+)", part)
     return node_pool is not None and named is not None and named.group(1) != node_pool

@@ -63,9 +63,13 @@ def node_pool_name(pool: InferencePool) -> str:
     return f"{name[:54].rstrip('-')}-{digest}"
 
 
+def _labels(obj: dict[str, Any] | None) -> dict[str, str]:
+    return ((obj or {}).get("metadata") or {}).get("labels") or {}
+
+
 def node_pool_owner(node_pool: dict[str, Any] | None) -> tuple[str | None, str | None]:
     """``(namespace, pool)`` a NodePool's labels name (``(None, None)`` for one tidegate did not make)."""
-    labels = ((node_pool or {}).get("metadata") or {}).get("labels") or {}
+    labels = _labels(node_pool)
     return labels.get(LABEL_NAMESPACE), labels.get(constants.LABEL_POOL)
 
 
@@ -77,8 +81,7 @@ def owns_node_pool(pool: InferencePool, node_pool: dict[str, Any] | None) -> boo
     if name != pool.metadata.name:
         return False
     if namespace is None:
-        labels = (node_pool or {}).get("metadata", {}).get("labels") or {}
-        return labels.get("app.kubernetes.io/managed-by") == "tidegate"
+        return _labels(node_pool).get("app.kubernetes.io/managed-by") == "tidegate"
     return namespace == pool.metadata.namespace
 
 

@@ -364,11 +364,10 @@ def _node_pool(
     """The NodePool applied and Karpenter's view of it: (state, message, why pods wait on its limit)."""
     np_name = names.node_pool_name(pool)
     has_api = kube.has_api("karpenter.sh/v1", "NodePool")
+    existing = kube.get("karpenter.sh/v1", "NodePool", np_name) if has_api else None
     if not pool.spec.node_pool.enabled:
-        if has_api:
-            existing = kube.get("karpenter.sh/v1", "NodePool", np_name)
-            if existing and names.owns_node_pool(pool, existing):
-                kube.delete("karpenter.sh/v1", "NodePool", np_name)
+        if existing and names.owns_node_pool(pool, existing):
+            kube.delete("karpenter.sh/v1", "NodePool", np_name)
         return Integration.DISABLED, "nodePool.enabled is false: pods use existing GPU nodes", None
     if not has_api:
         return (
@@ -376,7 +375,6 @@ def _node_pool(
             "Karpenter is not installed (no karpenter.sh/v1 NodePool): install Karpenter v1",
             None,
         )
-    existing = kube.get("karpenter.sh/v1", "NodePool", np_name)
     if existing and not names.owns_node_pool(pool, existing):
         ns, other = names.node_pool_owner(existing)
         whose = f"pool {ns}/{other}" if ns and other else "no tidegate pool (made by hand or another tool)"
