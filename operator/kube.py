@@ -8,6 +8,7 @@ A write the API server refuses (400, 403, 422: a name or value it will never tak
 RBAC saying no) is :class:`Refused`, a subclass carrying the object and the server's own message.
 """
 
+import collections
 import datetime
 import functools
 import json
@@ -56,6 +57,8 @@ class Kube:
         self.custom = kubernetes.client.CustomObjectsApi(api_client)
         self.autoscaling = kubernetes.client.AutoscalingV2Api(api_client)
         self.dynamic = DynamicClient(api_client)
+        # (namespace, pool, uid, type, reason, message) -> (Event name, count), most recent last
+        self._events: collections.OrderedDict[tuple[str, ...], tuple[str, int]] = collections.OrderedDict()
 
     @functools.lru_cache(maxsize=32)  # noqa: B019 - one Kube per process; API resources do not change kind
     def _resource(self, api_version: str, kind: str) -> Any:
@@ -136,28 +139,62 @@ class Kube:
         selector = f"involvedObject.kind=Pod,reason={reason},source={source}"
         return self.core.list_namespaced_event(namespace, field_selector=selector).items
 
+    EVENTS_REMEMBERED = 4096
+    """Repeats of this many distinct Events are folded into one (client-go's event cache holds as many)."""
+
     def event(self, pool: dict[str, Any], reason: str, message: str, warning: bool = False) -> None:
-        """Post an Event on the pool (``kubectl describe`` shows it)."""
+        """Post an Event on the pool (``kubectl describe`` shows it).
+
+        A repeat of an Event this process posted (same pool, type, reason and message) raises that
+        Event's ``count`` and ``lastTimestamp`` instead of adding another ("x12 over 1m" in
+        ``kubectl describe``), as client-go's EventCorrelator does
+        (k8s.io/client-go/tools/record/events_cache.go); once the API server has expired it (an hour by
+        default) the next repeat posts a new one. An Event lost is logged, never a failed reconcile; one
+        refused because the pool's namespace is being deleted is not worth a warning.
+        """
         meta = pool["metadata"]
+        namespace, kind = meta["namespace"], "Warning" if warning else "Normal"
+        message = message[:1024]
         now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        body = {
-            "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
-            "involvedObject": {
-                "apiVersion": constants.API_VERSION,
-                "kind": constants.KIND,
-                "name": meta["name"],
-                "namespace": meta["namespace"],
-                "uid": meta.get("uid"),
-            },
-            "reason": reason,
-            "message": message[:1024],
-            "firstTimestamp": now,
-            "lastTimestamp": now,
-            "count": 1,
-            "type": "Warning" if warning else "Normal",
-            "source": {"component": "tidegate-operator"},
-        }
+        key = (namespace, meta["name"], str(meta.get("uid")), kind, reason, message)
         try:
-            self.core.create_namespaced_event(meta["namespace"], body)
-        except kubernetes.client.ApiException as exc:  # an Event lost is not worth a failed reconcile
-            log.warning("could not post event %s on %s/%s: %s", reason, meta["namespace"], meta["name"], exc.reason)
+            if (seen := self._events.get(key)) is not None:
+                name, count = seen
+                try:
+                    self.core.patch_namespaced_event(name, namespace, {"count": count + 1, "lastTimestamp": now})
+                except kubernetes.client.ApiException as exc:
+                    if exc.status != 404:
+                        raise
+                else:
+                    self._remember(key, name, count + 1)
+                    return
+            body = {
+                "metadata": {"generateName": f"{meta['name']}.", "namespace": namespace},
+                "involvedObject": {
+                    "apiVersion": constants.API_VERSION,
+                    "kind": constants.KIND,
+                    "name": meta["name"],
+                    "namespace": namespace,
+                    "uid": meta.get("uid"),
+                },
+                "reason": reason,
+                "message": message,
+                "firstTimestamp": now,
+                "lastTimestamp": now,
+                "count": 1,
+                "type": kind,
+                "source": {"component": "tidegate-operator"},
+            }
+            created = self.core.create_namespaced_event(namespace, body)
+            self._remember(key, created.metadata.name, 1)
+        except kubernetes.client.ApiException as exc:
+            terminating = exc.status == 403 and "being terminated" in api_message(exc)
+            (log.debug if terminating else log.warning)(
+                "could not post event %s on %s/%s: %s", reason, namespace, meta["name"], api_message(exc)
+            )
+
+    def _remember(self, key: tuple[str, ...], name: str, count: int) -> None:
+        self._events[key] = (name, count)
+        self._events.move_to_end(key)
+        while len(self._events) > self.EVENTS_REMEMBERED:
+            self._events.popitem(last=False)
