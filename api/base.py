@@ -5,9 +5,10 @@ aliases, as in every Kubernetes API. Unknown fields are an error, so a typo in a
 fails loudly instead of silently meaning the default.
 """
 
+import re
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, WithJsonSchema
 from pydantic.alias_generators import to_camel
 
 
@@ -49,6 +50,26 @@ IntOrString = Annotated[
     WithJsonSchema({"x-kubernetes-int-or-string": True}),
 ]
 """A Kubernetes quantity or count that may be written as a number or a string (``8``, ``"10%"``)."""
+
+# k8s.io/apimachinery/pkg/api/resource (Quantity): the pattern the API server checks in CRDs, e.g. Karpenter
+# v1.14.1's NodePool `limits` (pkg/apis/crds/karpenter.sh_nodepools.yaml).
+QUANTITY_PATTERN = (
+    r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
+)
+
+
+def _quantity(value: int | str) -> int | str:
+    if isinstance(value, str) and not re.fullmatch(QUANTITY_PATTERN, value):
+        raise ValueError(f"{value!r} is not a Kubernetes quantity (e.g. 16, 500m, 64Gi)")
+    return value
+
+
+Quantity = Annotated[
+    int | str,
+    AfterValidator(_quantity),
+    WithJsonSchema({"x-kubernetes-int-or-string": True, "pattern": QUANTITY_PATTERN}),
+]
+"""A Kubernetes resource quantity as a number or a string (``16``, ``"500m"``, ``"64Gi"``)."""
 
 RawObject = Annotated[
     dict[str, Any],

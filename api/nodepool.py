@@ -6,9 +6,9 @@ Source of field meanings: https://karpenter.sh/docs/concepts/nodepools/
 from enum import StrEnum
 from typing import Annotated
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
-from tidegate.api.base import ApiModel, IntOrString, cel, validations
+from tidegate.api.base import ApiModel, Quantity, cel, validations
 
 
 class CapacityType(StrEnum):
@@ -51,14 +51,101 @@ class NodeClassRef(ApiModel):
     name: Annotated[str, Field(min_length=1, max_length=253, description="Name of the node class object.")]
 
 
-class Requirement(ApiModel):
-    """A node selector requirement, e.g. ``karpenter.k8s.aws/instance-gpu-name In [h100]``."""
+# Label keys Karpenter v1.14.1 refuses in a NodePool's requirements: its CRD
+# (pkg/apis/crds/karpenter.sh_nodepools.yaml, the key's x-kubernetes-validations) restricts the domain
+# karpenter.sh but for karpenter.sh/capacity-type, and the labels karpenter.sh/nodepool and
+# kubernetes.io/hostname (Karpenter sets both on each node). v1.14.1 restricts no other domain
+# (pkg/apis/v1/labels.go, RestrictedLabelDomains), so neither does tidegate.
+_KARPENTER_KEYS = ("karpenter.sh/capacity-type", "karpenter.sh/nodepool")
+_DOMAIN = 'self.find("^([^/]+)")'
+# (CEL over the key, the same test in Python over (key, domain), message)
+_KEY_RULES = (
+    (
+        "self != 'karpenter.sh/nodepool'",
+        lambda key, domain: key != "karpenter.sh/nodepool",
+        "requirements: the label \"karpenter.sh/nodepool\" is Karpenter's own (each node carries its NodePool's name)",
+    ),
+    (
+        "self != 'kubernetes.io/hostname'",
+        lambda key, domain: key != "kubernetes.io/hostname",
+        'requirements: the label "kubernetes.io/hostname" is restricted (each node gets its own)',
+    ),
+    (
+        f"self in {list(_KARPENTER_KEYS)} || !{_DOMAIN}.endsWith('karpenter.sh')",
+        lambda key, domain: key in _KARPENTER_KEYS or not domain.endswith("karpenter.sh"),
+        'requirements: Karpenter restricts the label domain "karpenter.sh" (but for karpenter.sh/capacity-type; '
+        "tidegate sets it from nodePool.capacityTypes)",
+    ),
+)
+_VALUES_RULES = (
+    (
+        "!(self.operator in ['In', 'NotIn']) || size(self.values) > 0",
+        lambda op, values: op not in ("In", "NotIn") or len(values) > 0,
+        "requirements: operators In and NotIn need at least one value",
+    ),
+    (
+        "!(self.operator in ['Gt', 'Lt']) || (size(self.values) == 1 && self.values[0].matches('^[0-9]+$'))",
+        lambda op, values: op not in ("Gt", "Lt") or (len(values) == 1 and values[0].isascii() and values[0].isdigit()),
+        "requirements: operators Gt and Lt need exactly one value, a non-negative integer",
+    ),
+    (
+        "!(self.operator in ['Exists', 'DoesNotExist']) || size(self.values) == 0",
+        lambda op, values: op not in ("Exists", "DoesNotExist") or not values,
+        "requirements: operators Exists and DoesNotExist take no values",
+    ),
+)
 
-    key: Annotated[str, Field(min_length=1, max_length=316, description="Node label key.")]
+LabelValue = Annotated[str, Field(max_length=63, pattern=r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")]
+"""A label value (Kubernetes': at most 63 characters, alphanumeric at both ends)."""
+
+
+class Requirement(ApiModel):
+    """A node selector requirement, e.g. ``karpenter.k8s.aws/instance-gpu-name In [h100]``.
+
+    Refused at ``kubectl apply`` rather than later on the NodePool: what Karpenter v1.14.1's CRD
+    refuses (a key in the domain karpenter.sh but karpenter.sh/capacity-type, the key
+    kubernetes.io/hostname, ``In`` without values, ``Gt``/``Lt`` without exactly one non-negative
+    integer) and what its ``values`` documentation forbids (``NotIn`` without values,
+    ``Exists``/``DoesNotExist`` with values: Karpenter would ignore them).
+    """
+
+    key: Annotated[
+        str,
+        Field(
+            min_length=1,
+            max_length=316,
+            pattern=r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*(\/))?([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$",
+            description="Node label key, e.g. `karpenter.k8s.aws/instance-gpu-name`.",
+            json_schema_extra=validations(*(cel(rule, message) for rule, _, message in _KEY_RULES)),
+        ),
+    ]
     operator: RequirementOperator = Field(description="`In`, `NotIn`, `Exists`, `DoesNotExist`, `Gt`, `Lt`.")
-    values: list[str] = Field(
-        default_factory=list, max_length=64, description="Values for In/NotIn; one integer for Gt/Lt."
+    values: list[LabelValue] = Field(
+        default_factory=list, max_length=64, description="Values for In/NotIn; one integer for Gt/Lt; none else."
     )
+
+    @field_validator("key")
+    @classmethod
+    def _unrestricted(cls, key: str) -> str:
+        domain = key.split("/", 1)[0]
+        for _, allowed, message in _KEY_RULES:
+            if not allowed(key, domain):
+                raise ValueError(message)
+        return key
+
+    @model_validator(mode="after")
+    def _values_fit_operator(self) -> "Requirement":
+        for _, allowed, message in _VALUES_RULES:
+            if not allowed(self.operator.value, self.values):
+                raise ValueError(message)
+        return self
+
+    model_config = ApiModel.model_config | {
+        "json_schema_extra": validations(*(cel(rule, message, ".values") for rule, _, message in _VALUES_RULES))
+    }
+
+
+_SCHEDULE_WITH_DURATION = "budgets: schedule and duration go together (Karpenter refuses one without the other)"
 
 
 class DisruptionBudget(ApiModel):
@@ -81,10 +168,30 @@ class DisruptionBudget(ApiModel):
         description="`Underutilized`, `Empty`, `Drifted`; absent: every reason. An empty list is read as absent "
         "(the NodePool leaves `reasons` out: Karpenter applies a budget whose list is empty to no reason at all).",
     )
-    schedule: str | None = Field(default=None, max_length=128, description="Cron schedule when the budget is active.")
-    duration: str | None = Field(
-        default=None, pattern=r"^([0-9]+(s|m|h))+$", description="How long after `schedule` it is active, e.g. `8h`."
+    schedule: str | None = Field(
+        default=None,
+        max_length=128,
+        # Karpenter v1.14.1's pattern is looser (it anchors only the first branch); this one asks for five fields
+        pattern=r"^(@(annually|yearly|monthly|weekly|daily|midnight|hourly)|\S+\s+\S+\s+\S+\s+\S+\s+\S+)$",
+        description="Cron schedule (five fields, or `@daily` and the like; UTC) when the budget becomes active; "
+        "needs `duration`.",
     )
+    duration: str | None = Field(
+        default=None,
+        pattern=r"^((([0-9]+(h|m))|([0-9]+h[0-9]+m))(0s)?)$",
+        description="How long after each `schedule` hit it is active, in minutes and hours (e.g. `8h`, `1h30m`); "
+        "needs `schedule`.",
+    )
+
+    @model_validator(mode="after")
+    def _schedule_with_duration(self) -> "DisruptionBudget":
+        if (self.schedule is None) != (self.duration is None):
+            raise ValueError(_SCHEDULE_WITH_DURATION)
+        return self
+
+    model_config = ApiModel.model_config | {
+        "json_schema_extra": validations(cel("has(self.schedule) == has(self.duration)", _SCHEDULE_WITH_DURATION))
+    }
 
 
 class DisruptionSpec(ApiModel):
@@ -125,7 +232,7 @@ class NodePoolSpec(ApiModel):
         max_length=3,
         description="Allowed `karpenter.sh/capacity-type` values.",
     )
-    limits: dict[str, IntOrString] = Field(
+    limits: dict[str, Quantity] = Field(
         default_factory=dict,
         description="Most resources the NodePool may provision, e.g. `{nvidia.com/gpu: 16}`. Leave room "
         "for max replicas + warm pool + surge, or replicas stay Pending. Empty: `nvidia.com/gpu` = (maxReplicas + "

@@ -69,6 +69,56 @@ CASES = [
     Case("node-pool-without-class", {"nodePool": {"enabled": True}}, "spec.nodePool.nodeClassRef"),
     # Karpenter v1.14.1 reads an empty list as no budget: every node disrupted at once
     Case("node-pool-no-budget", {"nodePool": {"disruption": {"budgets": []}}}, "spec.nodePool.disruption.budgets"),
+    # Karpenter v1.14.1 refuses these NodePools: refused at apply, naming the pool's own field
+    Case(
+        "node-pool-limit-not-a-quantity", {"nodePool": {"limits": {"nvidia.com/gpu": "lots"}}}, "spec.nodePool.limits"
+    ),
+    Case(
+        "node-pool-schedule-without-duration",
+        {"nodePool": {"disruption": {"budgets": [{"nodes": "1", "schedule": "@daily"}]}}},
+        "spec.nodePool.disruption.budgets",
+    ),
+    Case(
+        "node-pool-duration-in-seconds",
+        {"nodePool": {"disruption": {"budgets": [{"nodes": "1", "schedule": "@daily", "duration": "30s"}]}}},
+        "spec.nodePool.disruption.budgets",
+    ),
+    Case(
+        "node-pool-restricted-key",
+        {"nodePool": {"requirements": [{"key": "karpenter.sh/nodepool", "operator": "In", "values": ["x"]}]}},
+        "spec.nodePool.requirements",
+    ),
+    Case(
+        "node-pool-hostname-key",
+        {"nodePool": {"requirements": [{"key": "kubernetes.io/hostname", "operator": "Exists"}]}},
+        "spec.nodePool.requirements",
+    ),
+    Case(
+        "node-pool-karpenter-domain-key",
+        {"nodePool": {"requirements": [{"key": "karpenter.sh/other", "operator": "Exists"}]}},
+        "spec.nodePool.requirements",
+    ),
+    Case(
+        "node-pool-in-without-values",
+        {"nodePool": {"requirements": [{"key": "karpenter.k8s.aws/instance-gpu-name", "operator": "In"}]}},
+        "spec.nodePool.requirements",
+    ),
+    Case(
+        "node-pool-gt-two-values",
+        {
+            "nodePool": {
+                "requirements": [
+                    {"key": "karpenter.k8s.aws/instance-gpu-count", "operator": "Gt", "values": ["1", "2"]}
+                ]
+            }
+        },
+        "spec.nodePool.requirements",
+    ),
+    Case(
+        "node-pool-exists-with-values",
+        {"nodePool": {"requirements": [{"key": "example.com/gpu", "operator": "Exists", "values": ["a"]}]}},
+        "spec.nodePool.requirements",
+    ),
     Case(
         "prometheus-without-url", {"scaling": {"signal": {"source": "prometheus"}}}, "spec.scaling.signal.prometheusUrl"
     ),
