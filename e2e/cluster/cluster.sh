@@ -11,6 +11,7 @@
 #   cluster.sh down     stop KEDA and Karpenter, delete the cluster
 #   cluster.sh env      print `export` lines (KUBECONFIG, PATH with kubectl/helm)
 #   cluster.sh status   exit 0 when the API server answers; prints whether KEDA and Karpenter run
+#   cluster.sh pod-net  print the cluster's pod network 127.N (its pods are in 127.N.0.0/16)
 #
 # KEDA and Karpenter write their logs (and pid files, certificates, ports) under
 # ${XDG_CACHE_HOME:-~/.cache}/tidegate/clusters/<name>/addons/.
@@ -26,9 +27,13 @@ export KWOK_WORKDIR="$cache/kwok"
 state="$cache/clusters/$name"
 kubeconfig="$state/kubeconfig"
 addons="$state/addons"
-# Karpenter's nodes have no podCIDR: kwok hands their pods addresses from this range, kept on
-# loopback like the static nodes' podCIDRs, so whatever connects to a pod IP stays on this machine.
-KWOK_POD_CIDR=127.200.0.0/16
+# Pod addresses are on loopback, so whatever connects to a pod IP (the scaler scraping sidecars, the
+# e2e pod agent binding them) stays on this machine. Each cluster gets a /16 of its own, 127.N.0.0/16
+# (N from its name, 30..229, never one another cluster under this cache holds; kept in $state/pod-net):
+# the static nodes' podCIDRs are /20s at its start, and Karpenter's nodes, which have no podCIDR, get
+# addresses from kwok's default range, its upper half. Two clusters with the same addresses would
+# answer each other's scalers.
+pod_net_file="$state/pod-net"
 # The HPA controller's sync period (kube-controller-manager's default is 15 s): shorter here so
 # tests of the real HPA wait less; every other HPA rule (tolerance, stabilisation) is the real one.
 HPA_SYNC_PERIOD="${TIDEGATE_HPA_SYNC_PERIOD:-5s}"
@@ -37,6 +42,21 @@ log() { printf '[cluster] %s\n' "$*" >&2; }
 bin_dir() { "$here/build.sh" | tail -n 1; }
 
 kc() { "$bin/kubectl" --kubeconfig "$kubeconfig" "$@"; }
+
+choose_pod_net() { # prints 127.N: the recorded one, else a free one derived from the name
+	if [[ -s "$pod_net_file" ]]; then
+		cat "$pod_net_file"
+		return
+	fi
+	local taken n tries
+	taken="$(cat "$cache"/clusters/*/pod-net 2>/dev/null || true)"
+	n=$(($(printf '%s' "$name" | cksum | cut -d' ' -f1) % 200))
+	for ((tries = 0; tries < 200; tries++)); do
+		grep -qx "127.$((30 + n))" <<<"$taken" || break
+		n=$(((n + 1) % 200))
+	done
+	echo "127.$((30 + n))"
+}
 
 answering() { [[ -f "$kubeconfig" ]] && kc get --raw /readyz >/dev/null 2>&1; }
 
@@ -70,16 +90,19 @@ source "$here/addons.sh"
 
 up() {
 	bin="$(bin_dir)"
-	if answering; then
+	if answering && [[ -s "$pod_net_file" ]]; then
 		log "cluster '$name' already answering"
 	else
+		answering && log "cluster '$name' was made before each cluster had pod addresses of its own: recreating"
 		if "$bin/kwokctl" get clusters 2>/dev/null | grep -qx "$name"; then
 			log "cluster '$name' exists but does not answer: recreating"
 			"$bin/kwokctl" delete cluster --name "$name" >&2 || true
 		fi
 		addons_down # any left from the previous cluster would talk to the new one with stale state
 		mkdir -p "$(dirname "$kubeconfig")"
-		rm -f "$kubeconfig"
+		rm -f "$kubeconfig" "$pod_net_file"
+		pod_net="$(choose_pod_net)"
+		echo "$pod_net" >"$pod_net_file" # now: a cluster made beside this one sees it taken
 		log "creating cluster '$name' (kube-apiserver v$K8S_VERSION, etcd v$ETCD_VERSION)"
 		local start=$SECONDS
 		"$bin/kwokctl" create cluster --name "$name" --runtime binary \
@@ -89,14 +112,16 @@ up() {
 			--kube-controller-manager-binary "$bin/kube-controller-manager" \
 			--kube-scheduler-binary "$bin/kube-scheduler" \
 			--kwok-controller-binary "$bin/kwok" \
-			--extra-args "kwok-controller=cidr=$KWOK_POD_CIDR" \
+			--extra-args "kwok-controller=cidr=$pod_net.128.0/17" \
 			--extra-args "kube-controller-manager=horizontal-pod-autoscaler-sync-period=$HPA_SYNC_PERIOD" \
 			--kube-admission=true \
 			--kube-authorization=true \
 			--wait 180s >&2
-		log "control plane up in $((SECONDS - start)) s"
+		log "control plane up in $((SECONDS - start)) s (pods on $pod_net.0.0/16)"
 	fi
-	kc apply -f "$here/manifests/gpu-nodes.yaml" -f "$here/manifests/test-namespace.yaml" >/dev/null
+	pod_net="$(cat "$pod_net_file")"
+	sed "s/\${POD_NET}/$pod_net/g" "$here/manifests/gpu-nodes.yaml" | kc apply -f - >/dev/null
+	kc apply -f "$here/manifests/test-namespace.yaml" >/dev/null
 	install_crds
 	kc wait --for condition=Ready --timeout=60s node kwok-gpu-0 kwok-gpu-1 kwok-gpu-2 kwok-gpu-3 kwok-cpu-0 >/dev/null
 	addons_up
@@ -107,7 +132,7 @@ down() {
 	bin="$(bin_dir)"
 	addons_down
 	"$bin/kwokctl" delete cluster --name "$name" >&2 || true
-	rm -f "$kubeconfig"
+	rm -f "$kubeconfig" "$pod_net_file"
 	rm -rf "$addons"
 	rmdir "$(dirname "$kubeconfig")" 2>/dev/null || true # leave nothing behind but what someone else put there
 }
@@ -120,13 +145,16 @@ env)
 	echo "export KUBECONFIG='$kubeconfig'"
 	echo "export PATH='$bin':\"\$PATH\""
 	;;
+pod-net)
+	choose_pod_net
+	;;
 status)
 	bin="$(bin_dir)"
 	answering || exit 1
 	addons_status
 	;;
 *)
-	echo "usage: $0 up|down|env|status" >&2
+	echo "usage: $0 up|down|env|status|pod-net" >&2
 	exit 2
 	;;
 esac

@@ -1,12 +1,16 @@
 """The InferencePool CRD against a real kube-apiserver: refusals at apply time, /scale, columns."""
 
+import ipaddress
 import json
+import os
+import subprocess
 import uuid
 
 import kubernetes
 import pytest
 import yaml
 
+from tests.cluster.conftest import CLUSTER_SH, wait_for
 from tests.invalid_pools import CASES, Case, build, valid_pool
 from tidegate.api import GROUP, PLURAL, VERSION
 
@@ -122,11 +126,6 @@ def test_keda_and_karpenter_crds_are_installed_from_upstream(kubectl) -> None:
 
 
 def test_keda_and_karpenter_run_beside_the_cluster(kubectl, cluster_env) -> None:
-    import os
-    import subprocess
-
-    from tests.cluster.conftest import CLUSTER_SH
-
     status = subprocess.run(
         [str(CLUSTER_SH), "status"], capture_output=True, text=True, env={**os.environ, **cluster_env}, check=True
     ).stdout
@@ -153,10 +152,6 @@ def test_fake_gpu_nodes_offer_gpus_and_the_restricted_namespace_exists(kubectl) 
 
 
 def test_pod_ips_are_loopback_so_nothing_leaves_this_machine(api_client, namespace: str) -> None:
-    import ipaddress
-
-    from tests.cluster.conftest import wait_for
-
     core = kubernetes.client.CoreV1Api(api_client)
     core.create_namespaced_pod(
         namespace,
@@ -170,3 +165,6 @@ def test_pod_ips_are_loopback_so_nothing_leaves_this_machine(api_client, namespa
     )
     ip = wait_for(lambda: core.read_namespaced_pod("ip-probe", namespace).status.pod_ip, what="a pod IP from kwok")
     assert ipaddress.ip_address(ip).is_loopback, ip
+    # and in this cluster's own /16: another local cluster's pods never share an address with ours
+    net = subprocess.run([str(CLUSTER_SH), "pod-net"], capture_output=True, text=True, check=True).stdout.strip()
+    assert ipaddress.ip_address(ip) in ipaddress.ip_network(f"{net}.0.0/16"), (ip, net)
