@@ -8,7 +8,7 @@ fails loudly instead of silently meaning the default.
 import re
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, WithJsonSchema
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictInt, StrictStr, WithJsonSchema
 from pydantic.alias_generators import to_camel
 
 
@@ -65,7 +65,9 @@ def _quantity(value: int | str) -> int | str:
 
 
 Quantity = Annotated[
-    int | str,
+    # strict: a YAML true is not 1, nor 1.5 a quantity (the API server refuses both in int-or-string);
+    # an integer fits int64, as the API server's does
+    Annotated[StrictInt, Field(ge=-(2**63), le=2**63 - 1)] | StrictStr,
     AfterValidator(_quantity),
     WithJsonSchema({"x-kubernetes-int-or-string": True, "pattern": QUANTITY_PATTERN}),
 ]

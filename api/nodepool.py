@@ -3,6 +3,7 @@
 Source of field meanings: https://karpenter.sh/docs/concepts/nodepools/
 """
 
+import re
 from enum import StrEnum
 from typing import Annotated
 
@@ -77,21 +78,22 @@ _KEY_RULES = (
         "tidegate sets it from nodePool.capacityTypes)",
     ),
 )
+# What Karpenter v1.14.1's CRD refuses of a requirement's values (the requirements list's
+# x-kubernetes-validations), and no more: a pool stored before a rule existed must stay writable
+# (scale, status, finalizer), so tidegate adds no rule of its own here. ``values`` may be absent
+# (``has``): a rule that reads an absent field is an error, not a refusal, and is not ratcheted.
+# Gt/Lt: at most 18 digits, so the value always fits Karpenter's int64 (its CEL ``int()``).
 _VALUES_RULES = (
     (
-        "!(self.operator in ['In', 'NotIn']) || size(self.values) > 0",
-        lambda op, values: op not in ("In", "NotIn") or len(values) > 0,
-        "requirements: operators In and NotIn need at least one value",
+        "self.operator != 'In' || (has(self.values) && size(self.values) > 0)",
+        lambda op, values: op != "In" or len(values) > 0,
+        "requirements: operator In needs at least one value",
     ),
     (
-        "!(self.operator in ['Gt', 'Lt']) || (size(self.values) == 1 && self.values[0].matches('^[0-9]+$'))",
-        lambda op, values: op not in ("Gt", "Lt") or (len(values) == 1 and values[0].isascii() and values[0].isdigit()),
+        "!(self.operator in ['Gt', 'Lt']) || "
+        "(has(self.values) && size(self.values) == 1 && self.values[0].matches('^[0-9]{1,18}$'))",
+        lambda op, values: op not in ("Gt", "Lt") or (len(values) == 1 and re.fullmatch(r"[0-9]{1,18}", values[0])),
         "requirements: operators Gt and Lt need exactly one value, a non-negative integer",
-    ),
-    (
-        "!(self.operator in ['Exists', 'DoesNotExist']) || size(self.values) == 0",
-        lambda op, values: op not in ("Exists", "DoesNotExist") or not values,
-        "requirements: operators Exists and DoesNotExist take no values",
     ),
 )
 
@@ -105,8 +107,7 @@ class Requirement(ApiModel):
     Refused at ``kubectl apply`` rather than later on the NodePool: what Karpenter v1.14.1's CRD
     refuses (a key in the domain karpenter.sh but karpenter.sh/capacity-type, the key
     kubernetes.io/hostname, ``In`` without values, ``Gt``/``Lt`` without exactly one non-negative
-    integer) and what its ``values`` documentation forbids (``NotIn`` without values,
-    ``Exists``/``DoesNotExist`` with values: Karpenter would ignore them).
+    integer), and nothing more.
     """
 
     key: Annotated[
@@ -121,7 +122,9 @@ class Requirement(ApiModel):
     ]
     operator: RequirementOperator = Field(description="`In`, `NotIn`, `Exists`, `DoesNotExist`, `Gt`, `Lt`.")
     values: list[LabelValue] = Field(
-        default_factory=list, max_length=64, description="Values for In/NotIn; one integer for Gt/Lt; none else."
+        default_factory=list,
+        max_length=64,
+        description="Values for In/NotIn; one integer for Gt/Lt; none for Exists/DoesNotExist.",
     )
 
     @field_validator("key")
@@ -165,14 +168,26 @@ class DisruptionBudget(ApiModel):
     reasons: list[DisruptionReason] | None = Field(
         default=None,
         max_length=3,
-        description="`Underutilized`, `Empty`, `Drifted`; absent: every reason. An empty list is read as absent "
-        "(the NodePool leaves `reasons` out: Karpenter applies a budget whose list is empty to no reason at all).",
+        description="`Underutilized`, `Empty`, `Drifted`, each at most once; absent: every reason. An empty list is "
+        "read as absent (the NodePool leaves `reasons` out: Karpenter applies a budget whose list is empty to no "
+        "reason at all).",
+        # a set in Karpenter's NodePool (x-kubernetes-list-type: set): a repeat is refused there, so here too
+        json_schema_extra={"x-kubernetes-list-type": "set"},
     )
+
+    @field_validator("reasons")
+    @classmethod
+    def _reasons_once(cls, reasons: list[DisruptionReason] | None) -> list[DisruptionReason] | None:
+        if reasons is not None and len(set(reasons)) != len(reasons):
+            raise ValueError("budgets: a reason may appear once (Karpenter's reasons are a set)")
+        return reasons
+
     schedule: str | None = Field(
         default=None,
         max_length=128,
-        # Karpenter v1.14.1's pattern is looser (it anchors only the first branch); this one asks for five fields
-        pattern=r"^(@(annually|yearly|monthly|weekly|daily|midnight|hourly)|\S+\s+\S+\s+\S+\s+\S+\s+\S+)$",
+        # Karpenter v1.14.1's pattern is looser (it anchors only the first branch); this one asks for five fields,
+        # separated by ASCII white space as in the API server's RE2 (not Python's Unicode \s)
+        pattern=r"^(@(annually|yearly|monthly|weekly|daily|midnight|hourly)|[^ \t\n\f\r]+([ \t\n\f\r]+[^ \t\n\f\r]+){4})$",
         description="Cron schedule (five fields, or `@daily` and the like; UTC) when the budget becomes active; "
         "needs `duration`.",
     )

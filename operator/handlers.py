@@ -23,7 +23,6 @@ import prometheus_client
 import pydantic
 
 from tidegate.api import GROUP, PLURAL, VERSION, constants
-from tidegate.api.pool import InferencePool
 from tidegate.operator import logs, names
 from tidegate.operator.kube import Kube, api_message
 from tidegate.operator.metrics import PoolConditions
@@ -169,13 +168,14 @@ def pool_deleted(body: kopf.Body, **_: Any) -> None:
     METRICS.forget(ns, pool_name)
     kube = STATE.kube
     if kube.has_api("karpenter.sh/v1", "NodePool"):
-        pool = InferencePool.model_validate({**dict(body), "status": {}})
-        np_name = names.node_pool_name(pool)
+        # by name, not through the model: a pool stored before a validation this version has must
+        # still lose its NodePool and its finalizer
+        np_name = names.node_pool_name_of(ns, pool_name)
         # After any reconcile in flight (it read the pool before its deletion and would apply the
         # NodePool again, left with no pool to delete it: seen when a namespace was deleted); the
         # next one reads the deletionTimestamp and stops. Never another pool's NodePool of that name.
         with STATE.locks[(ns, pool_name)]:
-            owned = names.owns_node_pool(pool, kube.get("karpenter.sh/v1", "NodePool", np_name))
+            owned = names.owned_by(ns, pool_name, kube.get("karpenter.sh/v1", "NodePool", np_name))
             if owned and kube.delete("karpenter.sh/v1", "NodePool", np_name):
                 logs.for_pool(log, ns, pool_name).info("deleted NodePool %s", np_name)
 

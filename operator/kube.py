@@ -5,7 +5,7 @@ conflicts: tidegate owns the fields it sets, so a hand edit of one of them is pu
 next reconcile, while fields tidegate never sets (another controller's annotations, say) are
 left alone. Errors surface as ``kubernetes.client.ApiException``; the handlers translate them.
 A write the API server refuses (400, 403, 422: a name or value it will never take, a webhook or
-RBAC saying no) is :class:`Refused`, a subclass carrying the object and the server's own message.
+RBAC saying no; a 500 of server-side apply that cannot fit the object to its schema) is :class:`Refused`, a subclass carrying the object and the server's own message.
 """
 
 import collections
@@ -37,6 +37,15 @@ class Refused(kubernetes.client.ApiException):
     """The API server refused to write ``kind``/``name``: the same write will not succeed later."""
 
     REFUSING = (400, 403, 422)  # bad request, forbidden (RBAC, webhooks), invalid
+    # A 500 that is no server fault: server-side apply could not fit the object to its schema (e.g. a
+    # repeated item of a list-type set in Karpenter's NodePool, k8s.io/apimachinery managedfields);
+    # the same object will never apply.
+    UNFIT = "failed to create typed patch object"
+
+    @classmethod
+    def refuses(cls, exc: kubernetes.client.ApiException) -> bool:
+        """Whether ``exc`` says the same write will never succeed."""
+        return exc.status in cls.REFUSING or (exc.status == 500 and cls.UNFIT in api_message(exc))
 
     def __init__(self, kind: str, name: str, exc: kubernetes.client.ApiException) -> None:
         super().__init__(status=exc.status, reason=exc.reason)
@@ -89,7 +98,7 @@ class Kube:
                 force_conflicts=True,
             )
         except kubernetes.client.ApiException as exc:
-            if exc.status in Refused.REFUSING:
+            if Refused.refuses(exc):
                 raise Refused(manifest["kind"], meta["name"], exc) from exc
             raise
         return result.to_dict()

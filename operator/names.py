@@ -56,7 +56,13 @@ def node_pool_name(pool: InferencePool) -> str:
 
     Deterministic, so a crashed operator finds the NodePool it made.
     """
-    name = f"tidegate-{pool.metadata.namespace}-{pool.metadata.name}"
+    return node_pool_name_of(pool.metadata.namespace, pool.metadata.name)
+
+
+def node_pool_name_of(namespace: str, pool: str) -> str:
+    """:func:`node_pool_name` from the pool's namespace and name alone (a pool being deleted whose
+    stored spec this version refuses still has its NodePool found and deleted)."""
+    name = f"tidegate-{namespace}-{pool}"
     if len(name) <= 63:
         return name
     digest = hashlib.sha256(name.encode()).hexdigest()[:8]
@@ -77,12 +83,17 @@ def owns_node_pool(pool: InferencePool, node_pool: dict[str, Any] | None) -> boo
     """Whether ``node_pool`` is ``pool``'s own. Names can collide: ``team-a/llm`` and ``team/a-llm``
     are both ``tidegate-team-a-llm``, and only the labels tell them apart. One tidegate made before
     its NodePools carried the namespace label (the pool's name, managed by tidegate) is adopted."""
-    namespace, name = node_pool_owner(node_pool)
-    if name != pool.metadata.name:
+    return owned_by(pool.metadata.namespace, pool.metadata.name, node_pool)
+
+
+def owned_by(namespace: str, pool: str, node_pool: dict[str, Any] | None) -> bool:
+    """:func:`owns_node_pool` from the pool's namespace and name alone."""
+    owner_namespace, owner = node_pool_owner(node_pool)
+    if owner != pool:
         return False
-    if namespace is None:
+    if owner_namespace is None:
         return _labels(node_pool).get("app.kubernetes.io/managed-by") == "tidegate"
-    return namespace == pool.metadata.namespace
+    return owner_namespace == namespace
 
 
 DRAIN_TOKEN_HEADER = "X-Tidegate-Drain-Token"

@@ -79,6 +79,16 @@ CASES = [
         "spec.nodePool.disruption.budgets",
     ),
     Case(
+        "node-pool-budget-reason-twice",
+        {"nodePool": {"disruption": {"budgets": [{"nodes": "1", "reasons": ["Empty", "Empty"]}]}}},
+        "spec.nodePool.disruption.budgets",
+    ),
+    Case(
+        "node-pool-limit-true",
+        {"nodePool": {"limits": {"nvidia.com/gpu": True}}},
+        "spec.nodePool.limits",
+    ),
+    Case(
         "node-pool-duration-in-seconds",
         {"nodePool": {"disruption": {"budgets": [{"nodes": "1", "schedule": "@daily", "duration": "30s"}]}}},
         "spec.nodePool.disruption.budgets",
@@ -112,11 +122,6 @@ CASES = [
                 ]
             }
         },
-        "spec.nodePool.requirements",
-    ),
-    Case(
-        "node-pool-exists-with-values",
-        {"nodePool": {"requirements": [{"key": "example.com/gpu", "operator": "Exists", "values": ["a"]}]}},
         "spec.nodePool.requirements",
     ),
     Case(

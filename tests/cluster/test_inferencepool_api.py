@@ -13,6 +13,8 @@ import yaml
 from tests.cluster.conftest import CLUSTER_SH, wait_for
 from tests.invalid_pools import CASES, Case, build, valid_pool
 from tidegate.api import GROUP, PLURAL, VERSION
+from tidegate.api.pool import InferencePool
+from tidegate.operator.builders.nodepool import node_pool
 
 
 def _create(api_client, namespace: str, body: dict) -> dict:
@@ -37,6 +39,44 @@ def test_valid_pool_is_accepted_and_defaulted(api_client, namespace: str) -> Non
     assert spec["admission"]["kvCache"] == {"enabled": True, "trip": 0.92, "resume": 0.85}
     assert spec["admission"]["circuitBreaker"]["maxCooldownSeconds"] == 300
     assert spec["nodePool"]["capacityTypes"] == ["on-demand"]
+
+
+# Requirements and budgets Karpenter v1.14.1's NodePool takes: none may be refused at apply (nor break a
+# stored pool: a CEL rule reading an absent `values` is an error on every later write, /scale included).
+KARPENTER_TAKES = {
+    "enabled": True,
+    "nodeClassRef": {"group": "karpenter.kwok.sh", "kind": "KWOKNodeClass", "name": "default"},
+    "requirements": [
+        {"key": "example.com/gpu", "operator": "Exists"},
+        {"key": "example.com/zone", "operator": "DoesNotExist"},
+        {"key": "example.com/tier", "operator": "NotIn", "values": []},
+        {"key": "example.com/rack", "operator": "Exists", "values": ["ignored"]},
+        {"key": "karpenter.k8s.aws/instance-gpu-count", "operator": "Gt", "values": ["0"]},
+        {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]},
+        {"key": "example.k8s.io/tier", "operator": "Exists"},
+        {"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]},
+    ],
+    "limits": {"nvidia.com/gpu": "16", "cpu": "1500m", "memory": "64Gi"},
+    "disruption": {
+        "budgets": [
+            {"nodes": "1", "reasons": ["Empty", "Drifted"]},
+            {"nodes": "0", "schedule": "0 9 * * mon-fri", "duration": "8h"},
+        ]
+    },
+}
+
+
+def test_a_node_pool_spec_karpenter_takes_is_accepted_stays_scalable_and_its_node_pool_is_taken(
+    api_client, namespace: str
+) -> None:
+    body = valid_pool("np")
+    body["spec"]["nodePool"] = KARPENTER_TAKES
+    created = _create(api_client, namespace, body)
+    custom = kubernetes.client.CustomObjectsApi(api_client)
+    custom.patch_namespaced_custom_object_scale(GROUP, VERSION, namespace, PLURAL, "np", {"spec": {"replicas": 2}})
+    manifest = node_pool(InferencePool.model_validate(created))
+    # the real Karpenter CRD's verdict on the NodePool the operator would write (dry run: nothing is made)
+    custom.create_cluster_custom_object("karpenter.sh", "v1", "nodepools", manifest, dry_run="All")
 
 
 def test_partial_nested_objects_get_the_remaining_defaults(api_client, namespace: str) -> None:

@@ -28,3 +28,16 @@ def test_the_api_servers_message_is_read_from_its_status_body() -> None:
 def test_without_a_status_body_the_code_and_reason_are_the_message() -> None:
     assert api_message(_exc(503, "Service Unavailable", None)) == "503 Service Unavailable"
     assert api_message(_exc(500, "Internal Server Error", "not json")) == "500 Internal Server Error"
+
+
+def test_a_server_side_apply_that_cannot_fit_the_schema_is_a_refusal_not_a_transient_error() -> None:
+    """Seen with Karpenter v1.14.1: a NodePool budget with ``reasons: [Empty, Empty]`` (a list-type set)
+    got a 500 on every apply, logged as a transient error every 5 s, the pool saying nothing."""
+    says = (
+        "failed to create typed patch object (/tidegate-t-llm; karpenter.sh/v1, Kind=NodePool): "
+        '.spec.disruption.budgets[0].reasons: duplicate entries for key [value="Empty"]'
+    )
+    assert Refused.refuses(_exc(500, "Internal Server Error", json.dumps({"kind": "Status", "message": says})))
+    assert not Refused.refuses(_exc(500, "Internal Server Error", json.dumps({"message": "etcdserver: timeout"})))
+    assert not Refused.refuses(_exc(503, "Service Unavailable", None))
+    assert Refused.refuses(_exc(422, "Unprocessable Entity", None))

@@ -79,3 +79,16 @@ def test_a_node_pool_made_before_the_namespace_label_is_still_the_pools_own() ->
     assert names.owns_node_pool(pool, old)
     by_hand = {"metadata": {"labels": {"tidegate.dev/pool": "llm"}}}
     assert not names.owns_node_pool(pool, by_hand)
+
+
+def test_a_pool_stored_with_a_spec_this_version_refuses_still_loses_its_node_pool_on_delete(monkeypatch) -> None:
+    """Seen on the real cluster: a pool stored before a validation rule existed (a NodePool schedule of
+    six fields) stayed Terminating, its finalizer failing every minute on the model's refusal."""
+    pool = _pool("team-a", "llm")
+    kube = _Kube()
+    reconcile._node_pool(kube, pool, [], 0.0, 60.0)
+    body = pool.model_dump(by_alias=True, mode="json")
+    body["spec"]["nodePool"]["disruption"]["budgets"] = [{"nodes": "1", "schedule": "0 0 * * * *", "duration": "1h"}]
+    monkeypatch.setattr(handlers.STATE, "kube", kube, raising=False)
+    handlers.pool_deleted(body=body)
+    assert "tidegate-team-a-llm" not in kube.node_pools
