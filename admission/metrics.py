@@ -15,6 +15,8 @@ Names and labels:
   them is a fallback because the server reported no capacity) (gauges, read at scrape time; every
   gauge here carries ``pool`` like the counters, so series from a scrape without target labels still
   say whose they are);
+- ``tidegate_admission_started_at_seconds{pool}``: Unix time the sidecar started, so its counters count
+  from then (the Prometheus signal source reads a young replica's share of the rate window from it);
 - ``tidegate_admission_breaker_state{pool,state}``: 1 for the current state, 0 for the others;
 - ``tidegate_admission_upstream_responses_total{pool,code}``: answers of the model server to
   admitted requests, by status: the exact code for the common ones (:data:`UPSTREAM_CODES`), else
@@ -42,6 +44,7 @@ Names and labels:
   ``tidegate_gpu_clock_throttle_reasons{pool}`` (NVML bitmask), where a GPU is visible.
 """
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -86,7 +89,9 @@ class TenantLabels:
 class SidecarMetrics:
     """Every metric of one sidecar; gauges read ``engine()`` at scrape time."""
 
-    def __init__(self, pool: str, engine: Callable[[], Engine], gpu: Callable[[], object | None]) -> None:
+    def __init__(
+        self, pool: str, engine: Callable[[], Engine], gpu: Callable[[], object | None], started_at_s: float = math.nan
+    ) -> None:
         self.pool = pool
         self.registry = CollectorRegistry()
         r = self.registry
@@ -143,6 +148,10 @@ class SidecarMetrics:
         }  # fmt: skip
         for name, (doc, read) in gauges.items():
             Gauge(name, doc, ["pool"], registry=r).labels(pool).set_function(read)
+        Gauge(
+            "tidegate_admission_started_at_seconds", "Unix time this sidecar started (its counters count from then).",
+            ["pool"], registry=r,
+        ).labels(pool).set(started_at_s)  # fmt: skip
         breaker = Gauge(
             "tidegate_admission_breaker_state", "Circuit breaker state (1 = current).", ["pool", "state"], registry=r
         )

@@ -195,7 +195,10 @@ class Sidecar:
         self.forwarder = Forwarder(settings.upstream, self.engine.note_progress, clock)
         self.nvml = nvml
         self.gpu: telemetry.GpuReading | None = None
-        self.metrics = metrics.SidecarMetrics(config.pool, lambda: self.engine, lambda: self.gpu)
+        self.started_at_s = time.time()
+        self.metrics = metrics.SidecarMetrics(
+            config.pool, lambda: self.engine, lambda: self.gpu, started_at_s=self.started_at_s
+        )
         self.poller = poller.BackendPoller(
             settings.upstream, config.model.engine, metrics_path=config.server.metrics_path,
             health_path=config.server.health_path, clock=clock, on_problem=self.metrics.telemetry_problem,
@@ -221,7 +224,6 @@ class Sidecar:
         self._sized = asyncio.Event()  # set while the budget and concurrency are known (not pending)
         self._note_sizing()
         self.instance_id = uuid.uuid4().hex
-        self.started_at_s = time.time()
         self._waiters: dict[int, asyncio.Future[None]] = {}
         self._running: dict[int, tuple[asyncio.Task[object], Relay]] = {}
         self._tasks: list[asyncio.Task[None]] = []

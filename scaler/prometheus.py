@@ -13,15 +13,18 @@ as in :func:`tidegate.scaler.rates.observe` (the active replicas are sized for i
     count(sum by (tenant) (increase(tidegate_admission_decisions_total{S, decision="reject", reason=~"<capacity>"}[W])) > 0)
     sum by (pod) (tidegate_admission_in_flight_tokens{S})      (and _token_budget, _queue_depth)
     max by (pod) (timestamp(tidegate_admission_token_budget{S}))     freshness
-    max by (pod) (count_over_time(tidegate_admission_token_budget{S}[W]))   samples: each pod's share of W
+    max by (pod) (tidegate_admission_started_at_seconds{S})     each pod's share of W
 
 ``rate()`` already handles counter resets and pods coming and going, and counts a pod that joined
 within the window over the whole window (its increase over ``W``: Prometheus extrapolates a series
 that starts inside the range by at most half a scrape interval), so the summed rates are the pool's.
-The per-replica rate ``A / n`` then counts such a pod as the share of a replica its samples cover,
-``min(1, samples / (most samples - 1))`` (the ``- 1``: pods that span the whole window differ by one
-sample with the scrape phase), not as a whole one (``reporting_share``, as
-:func:`tidegate.scaler.rates.observe` does from the sidecars' own windows). Requirements: the scrape
+The per-replica rate ``A / n`` then counts such a pod as the share of the window since its sidecar
+started, ``min(1, (now - started) / W)`` (at least 1 s of it), not as a whole replica
+(``reporting_share``, as :func:`tidegate.scaler.rates.observe` does from the sidecars' own
+windows). The start is the sidecar's own gauge, not the pod's samples: a missed scrape, a series
+split by a relabelled ``role`` at a promotion, or a pool whose pods all started within the window
+would each miscount samples. A sidecar without the gauge (older than it) counts whole.
+Requirements: the scrape
 adds ``namespace`` and ``pod`` target labels (a PodMonitor does; the label names are settable),
 and ``windowSeconds`` spans at least two scrape intervals. A pod without a fresh gauge sample is
 *stale* (the law holds), as in the sidecar source; a budget gauge that is NaN (a replica still
@@ -77,7 +80,7 @@ def queries(namespace: str, pods: list[str], window_s: int, ns_label: str, pod_l
         "budget": f"{by_pod} (tidegate_admission_token_budget{{{sel}}})",
         "queue": f"{by_pod} (tidegate_admission_queue_depth{{{sel}}})",
         "seen": f"max by ({pod_label}) (timestamp(tidegate_admission_token_budget{{{sel}}}))",
-        "samples": f"max by ({pod_label}) (count_over_time(tidegate_admission_token_budget{{{sel}}}{w}))",
+        "started": f"max by ({pod_label}) (tidegate_admission_started_at_seconds{{{sel}}})",
     }
 
 
@@ -161,10 +164,11 @@ class PrometheusSignals:
         # a fresh pod without decision series has decided nothing yet (labelled counters appear on first use)
         reporting = [p.name for p in fresh]
         tenants = int(float(r["tenants"][0]["value"][1])) if r["tenants"] else 0
-        samples = self._by_pod(r["samples"])
-        most = max((samples.get(n, 0.0) for n in reporting), default=0.0)
-        full = max(most - 1.0, 1.0)
-        shares = [min(1.0, samples[n] / full) if n in samples else 1.0 for n in reporting]
+        started = self._by_pod(r["started"])
+        shares = [
+            min(1.0, max(now - started[n], 1.0) / window_s) if math.isfinite(started.get(n, math.nan)) else 1.0
+            for n in reporting
+        ]
         return Observation(
             active=len(active),
             starting=starting,

@@ -47,6 +47,9 @@ class MetricsSidecar:
         Gauge("tidegate_admission_token_budget", "b", registry=self.registry).set(BUDGET)
         Gauge("tidegate_admission_queue_depth", "q", registry=self.registry).set(0)
         self.in_flight.set(0.75 * BUDGET)
+        # the sidecar's start (admission/metrics.py): long before the window unless a test says otherwise
+        self.started = Gauge("tidegate_admission_started_at_seconds", "s", registry=self.registry)
+        self.started.set(time.time() - 3600)
         self.runner: web.AppRunner | None = None
         self.port = 0
 
@@ -127,6 +130,18 @@ async def _drive(pods: list[MetricsSidecar], seconds: float, capacity: int, poli
         await asyncio.sleep(0.1)
 
 
+async def _scraping(url: str, targets: int) -> None:
+    """Until Prometheus scrapes every target each second (its first scrapes come a few seconds after it is ready)."""
+    deadline = time.monotonic() + 30
+    async with aiohttp.ClientSession() as s:
+        while True:
+            async with s.get(f"{url}/api/v1/query", params={"query": "count_over_time(up[3s]) >= 2"}) as resp:
+                if len((await resp.json())["data"]["result"]) == targets:
+                    return
+            assert time.monotonic() < deadline, "prometheus does not scrape every target each second"
+            await asyncio.sleep(0.5)
+
+
 async def _observe_desired(url: str, pods: list[MetricsSidecar], capacity: int, policy: int) -> tuple[int, str]:
     """The law's answer once Prometheus has scraped the rejections twice (rate() needs two samples);
     the load keeps running meanwhile, bounded by a deadline."""
@@ -168,3 +183,22 @@ async def test_unreachable_prometheus_is_a_source_error() -> None:
     spec = ScalingSpec.model_validate({"signal": {"source": "prometheus", "prometheusUrl": url}})
     with pytest.raises(SourceError, match="prometheus"):
         await PrometheusSignals(source, timeout_s=2).observe(Target(NS, POOL, spec))
+
+
+async def test_a_pool_whose_sidecars_all_started_within_the_window_reads_what_one_replica_admits(prometheus) -> None:
+    """Three sidecars that started 6 s into a 30 s window (a new pool, a full rollout) each admitting
+    100/s: ``rate()`` divides their few seconds of counts by the whole window, so counting each as a
+    whole replica read about 20/s per replica; each counts as its share of the window instead."""
+    url, pods = prometheus
+    await _scraping(url, len(pods))
+    for p in pods:
+        p.started.set(time.time())
+    await _drive(pods, 6.0, capacity=0, policy=0)  # 10 admitted per 100 ms per pod: 100/s each
+    source = StaticPodSource({(NS, POOL): [PodInfo(p.name, "") for p in pods]})
+    spec = ScalingSpec.model_validate(
+        {"maxReplicas": 20, "signal": {"source": "prometheus", "prometheusUrl": url, "windowSeconds": 30}}
+    )
+    obs = await PrometheusSignals(source).observe(Target(NS, POOL, spec))
+    assert obs.reporting == 3
+    per_replica = obs.admitted_per_s / obs.rate_replicas
+    assert 70 <= per_replica <= 130, (per_replica, obs.reporting_share, obs.admitted_per_s)

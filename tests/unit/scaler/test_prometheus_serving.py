@@ -52,25 +52,30 @@ async def test_a_serving_warm_pod_without_fresh_series_is_stale() -> None:
 
 
 class JoinedLate(Recorder):
-    """Pods ``a`` and ``b`` spanned the whole 60 s window (5 and 4 samples at a 15 s scrape: the phase
-    decides), ``new`` joined 15 s ago (1 sample); each admitted 1 request/s over the window as
-    ``rate()`` counts it (``new``: its requests over the whole window)."""
+    """Pods ``a`` and ``b`` started long ago, ``new`` 15 s ago (a quarter of the 60 s window); each admitted
+    1 request/s since it started, as ``rate()`` counts it over the window (``new``: 15 requests / 60 s)."""
 
-    SAMPLES = {"a": 5.0, "b": 4.0, "new": 1.0}
+    STARTED = {"a": NOW - 3600, "b": NOW - 7200, "new": NOW - 15}
 
     def custom_query(self, promql: str) -> list[dict[str, Any]]:
         self.asked.append(promql)
-        if "count_over_time(" in promql:
-            return [{"metric": {"pod": p}, "value": [NOW, str(v)]} for p, v in self.SAMPLES.items()]
+        if "started_at_seconds" in promql:
+            return [{"metric": {"pod": p}, "value": [NOW, str(v)]} for p, v in self.STARTED.items()]
         if 'decision=~"admit|admit_demoted"' in promql:
-            return [{"metric": {"pod": p}, "value": [NOW, "1.0"]} for p in ("a", "b")] + [
-                {"metric": {"pod": "new"}, "value": [NOW, "0.25"]}
+            return [
+                {"metric": {"pod": p}, "value": [NOW, str(min(1.0, (NOW - t) / 60))]} for p, t in self.STARTED.items()
             ]
         if "timestamp(" in promql:
-            return [{"metric": {"pod": p}, "value": [NOW, str(NOW)]} for p in self.SAMPLES]
+            return [{"metric": {"pod": p}, "value": [NOW, str(NOW)]} for p in self.STARTED]
         if "token_budget" in promql:
-            return [{"metric": {"pod": p}, "value": [NOW, "1000"]} for p in self.SAMPLES]
+            return [{"metric": {"pod": p}, "value": [NOW, "1000"]} for p in self.STARTED]
         return []
+
+
+class AllYoung(JoinedLate):
+    """A pool whose three pods all started 15 s ago (a new pool, a full rollout): each its quarter."""
+
+    STARTED = {"a": NOW - 15, "b": NOW - 15, "new": NOW - 15}
 
 
 async def test_a_pod_that_joined_within_the_window_counts_as_its_share_of_a_replica() -> None:
@@ -83,4 +88,18 @@ async def test_a_pod_that_joined_within_the_window_counts_as_its_share_of_a_repl
     # newcomer would make the law's throughput need, demand / (A / n), a third too high)
     assert (o.reporting, o.admitted_per_s) == (3, 2.25)
     assert o.reporting_share == 2 + 1 / 4
+    assert o.admitted_per_s / o.rate_replicas == 1.0
+
+
+async def test_a_pool_whose_pods_all_joined_within_the_window_reads_what_one_replica_admits() -> None:
+    """Found against a real Prometheus: shares relative to the pod with the most samples counted a
+    pool that was all young as whole replicas while ``rate()`` divided its counts by the whole window,
+    reading 40 admits/s per replica where each admitted 100 (then remembered as the knee capacity)."""
+    # input: three pods started 15 s into a 60 s window, each admitting 1/s since
+    source = StaticPodSource()
+    source.set("ns", "p", [PodInfo("a"), PodInfo("b"), PodInfo("new")])
+    signals = PrometheusSignals(source, connect=lambda url: AllYoung(), wall=lambda: NOW)
+    o = await signals.observe(target("p", source="prometheus", prometheusUrl="http://prom:9090"))
+    # expected: 0.75/s over 0.75 replicas: one replica admits 1/s
+    assert o.reporting_share == 0.75
     assert o.admitted_per_s / o.rate_replicas == 1.0
