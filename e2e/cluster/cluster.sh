@@ -29,7 +29,8 @@ kubeconfig="$state/kubeconfig"
 addons="$state/addons"
 # Pod addresses are on loopback, so whatever connects to a pod IP (the scaler scraping sidecars, the
 # e2e pod agent binding them) stays on this machine. Each cluster gets a /16 of its own, 127.N.0.0/16
-# (N from its name, 30..229, never one another cluster under this cache holds; kept in $state/pod-net):
+# (N from its name, 30..199, never one another cluster under this cache holds; kept in $state/pod-net;
+# below 200: clusters made before this held 127.1x, 127.20 and 127.200 and record nothing):
 # the static nodes' podCIDRs are /20s at its start, and Karpenter's nodes, which have no podCIDR, get
 # addresses from kwok's default range, its upper half. Two clusters with the same addresses would
 # answer each other's scalers.
@@ -50,10 +51,10 @@ choose_pod_net() { # prints 127.N: the recorded one, else a free one derived fro
 	fi
 	local taken n tries
 	taken="$(cat "$cache"/clusters/*/pod-net 2>/dev/null || true)"
-	n=$(($(printf '%s' "$name" | cksum | cut -d' ' -f1) % 200))
-	for ((tries = 0; tries < 200; tries++)); do
+	n=$(($(printf '%s' "$name" | cksum | cut -d' ' -f1) % 170))
+	for ((tries = 0; tries < 170; tries++)); do
 		grep -qx "127.$((30 + n))" <<<"$taken" || break
-		n=$(((n + 1) % 200))
+		n=$(((n + 1) % 170))
 	done
 	echo "127.$((30 + n))"
 }
@@ -101,8 +102,11 @@ up() {
 		addons_down # any left from the previous cluster would talk to the new one with stale state
 		mkdir -p "$(dirname "$kubeconfig")"
 		rm -f "$kubeconfig" "$pod_net_file"
-		pod_net="$(choose_pod_net)"
-		echo "$pod_net" >"$pod_net_file" # now: a cluster made beside this one sees it taken
+		# chosen and recorded under one lock: two clusters made at once never take the same net
+		pod_net="$(
+			flock 9
+			choose_pod_net | tee "$pod_net_file"
+		)" 9>"$cache/clusters/.pod-net.lock"
 		log "creating cluster '$name' (kube-apiserver v$K8S_VERSION, etcd v$ETCD_VERSION)"
 		local start=$SECONDS
 		"$bin/kwokctl" create cluster --name "$name" --runtime binary \
