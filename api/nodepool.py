@@ -25,6 +25,7 @@ class ConsolidationPolicy(StrEnum):
 
     WHEN_EMPTY = "WhenEmpty"
     WHEN_EMPTY_OR_UNDERUTILIZED = "WhenEmptyOrUnderutilized"
+    BALANCED = "Balanced"  # Karpenter v1.14.1 has it; an older Karpenter refuses the NodePool (ApiRefused)
 
 
 class DisruptionReason(StrEnum):
@@ -42,6 +43,8 @@ class RequirementOperator(StrEnum):
     DOES_NOT_EXIST = "DoesNotExist"
     GT = "Gt"
     LT = "Lt"
+    GTE = "Gte"  # Karpenter v1.14.1 has them; an older Karpenter refuses the NodePool (ApiRefused)
+    LTE = "Lte"
 
 
 class NodeClassRef(ApiModel):
@@ -86,16 +89,24 @@ _KEY_RULES = (
 _VALUES_RULES = (
     (
         "self.operator != 'In' || (has(self.values) && size(self.values) > 0)",
-        lambda op, values: op != "In" or len(values) > 0,
+        lambda r: r.operator != "In" or len(r.values) > 0,
         "requirements: operator In needs at least one value",
     ),
     (
-        "!(self.operator in ['Gt', 'Lt']) || "
+        "!(self.operator in ['Gt', 'Lt', 'Gte', 'Lte']) || "
         "(has(self.values) && size(self.values) == 1 && self.values[0].matches('^[0-9]{1,18}$'))",
-        lambda op, values: op not in ("Gt", "Lt") or (len(values) == 1 and re.fullmatch(r"[0-9]{1,18}", values[0])),
-        "requirements: operators Gt and Lt need exactly one value, a non-negative integer",
+        lambda r: (
+            r.operator not in _COMPARISONS or (len(r.values) == 1 and bool(re.fullmatch(r"[0-9]{1,18}", r.values[0])))
+        ),
+        "requirements: operators Gt, Lt, Gte and Lte need exactly one value, a non-negative integer",
+    ),
+    (
+        "self.operator != 'In' || !has(self.minValues) || (has(self.values) && size(self.values) >= self.minValues)",
+        lambda r: r.operator != "In" or r.min_values is None or len(r.values) >= r.min_values,
+        "requirements: with operator In, minValues may not exceed the number of values",
     ),
 )
+_COMPARISONS = ("Gt", "Lt", "Gte", "Lte")
 
 LabelValue = Annotated[str, Field(max_length=63, pattern=r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")]
 """A label value (Kubernetes': at most 63 characters, alphanumeric at both ends)."""
@@ -106,8 +117,8 @@ class Requirement(ApiModel):
 
     Refused at ``kubectl apply`` rather than later on the NodePool: what Karpenter v1.14.1's CRD
     refuses (a key in the domain karpenter.sh but karpenter.sh/capacity-type, the key
-    kubernetes.io/hostname, ``In`` without values, ``Gt``/``Lt`` without exactly one non-negative
-    integer), and nothing more.
+    kubernetes.io/hostname, ``In`` without values or with fewer than ``minValues``, ``Gt``/``Lt``/``Gte``/``Lte``
+    without exactly one non-negative integer), and nothing more.
     """
 
     key: Annotated[
@@ -120,11 +131,22 @@ class Requirement(ApiModel):
             json_schema_extra=validations(*(cel(rule, message) for rule, _, message in _KEY_RULES)),
         ),
     ]
-    operator: RequirementOperator = Field(description="`In`, `NotIn`, `Exists`, `DoesNotExist`, `Gt`, `Lt`.")
+    operator: RequirementOperator = Field(
+        description="`In`, `NotIn`, `Exists`, `DoesNotExist`, `Gt`, `Lt`, `Gte`, `Lte` (the last two need a "
+        "Karpenter that has them, e.g. v1.14.1)."
+    )
     values: list[LabelValue] = Field(
         default_factory=list,
         max_length=64,
-        description="Values for In/NotIn; one integer for Gt/Lt; none for Exists/DoesNotExist.",
+        description="Values for In/NotIn; one integer for Gt/Lt/Gte/Lte; none for Exists/DoesNotExist.",
+    )
+    min_values: int | None = Field(
+        default=None,
+        ge=1,
+        le=50,
+        description="Karpenter's `minValues` (alpha there): at least this many distinct values of the key among "
+        "the instance types it may launch, e.g. 5 instance types for spot flexibility; with `In`, at most as "
+        "many as `values`.",
     )
 
     @field_validator("key")
@@ -139,7 +161,7 @@ class Requirement(ApiModel):
     @model_validator(mode="after")
     def _values_fit_operator(self) -> "Requirement":
         for _, allowed, message in _VALUES_RULES:
-            if not allowed(self.operator.value, self.values):
+            if not allowed(self):
                 raise ValueError(message)
         return self
 

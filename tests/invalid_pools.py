@@ -114,6 +114,17 @@ CASES = [
         "spec.nodePool.requirements",
     ),
     Case(
+        "node-pool-min-values-over-values",
+        {
+            "nodePool": {
+                "requirements": [
+                    {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["a"], "minValues": 2}
+                ]
+            }
+        },
+        "spec.nodePool.requirements",
+    ),
+    Case(
         "node-pool-gt-two-values",
         {
             "nodePool": {

@@ -55,13 +55,17 @@ KARPENTER_TAKES = {
         {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]},
         {"key": "example.k8s.io/tier", "operator": "Exists"},
         {"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]},
+        {"key": "karpenter.k8s.aws/instance-gpu-memory", "operator": "Gte", "values": ["80000"]},
+        {"key": "karpenter.k8s.aws/instance-gpu-count", "operator": "Lte", "values": ["8"]},
+        {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["a", "b", "c"], "minValues": 2},
     ],
     "limits": {"nvidia.com/gpu": "16", "cpu": "1500m", "memory": "64Gi"},
     "disruption": {
+        "consolidationPolicy": "Balanced",
         "budgets": [
             {"nodes": "1", "reasons": ["Empty", "Drifted"]},
             {"nodes": "0", "schedule": "0 9 * * mon-fri", "duration": "8h"},
-        ]
+        ],
     },
 }
 
