@@ -85,7 +85,8 @@ _KEY_RULES = (
 # x-kubernetes-validations), and no more: a pool stored before a rule existed must stay writable
 # (scale, status, finalizer), so tidegate adds no rule of its own here. ``values`` may be absent
 # (``has``): a rule that reads an absent field is an error, not a refusal, and is not ratcheted.
-# Gt/Lt: at most 18 digits, so the value always fits Karpenter's int64 (its CEL ``int()``).
+# Gt/Lt/Gte/Lte: an integer below 9e18 (leading zeros allowed), so it always fits Karpenter's int64
+# (its CEL ``int()``) and the rule never errors; Karpenter also takes 9e18 up to 2^63-1.
 _VALUES_RULES = (
     (
         "self.operator != 'In' || (has(self.values) && size(self.values) > 0)",
@@ -94,9 +95,10 @@ _VALUES_RULES = (
     ),
     (
         "!(self.operator in ['Gt', 'Lt', 'Gte', 'Lte']) || "
-        "(has(self.values) && size(self.values) == 1 && self.values[0].matches('^[0-9]{1,18}$'))",
+        "(has(self.values) && size(self.values) == 1 && self.values[0].matches('^0*([0-9]{1,18}|[1-8][0-9]{18})$'))",
         lambda r: (
-            r.operator not in _COMPARISONS or (len(r.values) == 1 and bool(re.fullmatch(r"[0-9]{1,18}", r.values[0])))
+            r.operator not in _COMPARISONS
+            or (len(r.values) == 1 and bool(re.fullmatch(r"0*([0-9]{1,18}|[1-8][0-9]{18})", r.values[0])))
         ),
         "requirements: operators Gt, Lt, Gte and Lte need exactly one value, a non-negative integer",
     ),

@@ -13,17 +13,20 @@ as in :func:`tidegate.scaler.rates.observe` (the active replicas are sized for i
     count(sum by (tenant) (increase(tidegate_admission_decisions_total{S, decision="reject", reason=~"<capacity>"}[W])) > 0)
     sum by (pod) (tidegate_admission_in_flight_tokens{S})      (and _token_budget, _queue_depth)
     max by (pod) (timestamp(tidegate_admission_token_budget{S}))     freshness
-    max by (pod) (tidegate_admission_started_at_seconds{S})     each pod's share of W
+    min by (pod) (min_over_time(tidegate_admission_started_at_seconds{S}[W]))     each pod's share of W
 
 ``rate()`` already handles counter resets and pods coming and going, and counts a pod that joined
 within the window over the whole window (its increase over ``W``: Prometheus extrapolates a series
 that starts inside the range by at most half a scrape interval), so the summed rates are the pool's.
 The per-replica rate ``A / n`` then counts such a pod as the share of the window since its sidecar
-started, ``min(1, (now - started) / W)`` (at least 1 s of it), not as a whole replica
-(``reporting_share``, as :func:`tidegate.scaler.rates.observe` does from the sidecars' own
-windows). The start is the sidecar's own gauge, not the pod's samples: a missed scrape, a series
-split by a relabelled ``role`` at a promotion, or a pool whose pods all started within the window
-would each miscount samples. A sidecar without the gauge (older than it) counts whole.
+first started within it, ``min(1, (now - started) / W)`` (at least 1 s of it, so a node clock ahead
+of the scaler's cannot make it 0), not as a whole replica (``reporting_share``, as
+:func:`tidegate.scaler.rates.observe` does from the sidecars' own windows). ``started`` is the
+sidecar's own gauge, the earliest value seen in the window: a sidecar restarted within it keeps the
+share of its first start, as ``rate()`` keeps the counts from before the reset. Not the pod's
+samples: a missed scrape, a series split by a relabelled ``role`` at a promotion, or a pool whose
+pods all started within the window would each miscount them. A sidecar without the gauge (older
+than it) counts whole.
 Requirements: the scrape
 adds ``namespace`` and ``pod`` target labels (a PodMonitor does; the label names are settable),
 and ``windowSeconds`` spans at least two scrape intervals. A pod without a fresh gauge sample is
@@ -80,7 +83,7 @@ def queries(namespace: str, pods: list[str], window_s: int, ns_label: str, pod_l
         "budget": f"{by_pod} (tidegate_admission_token_budget{{{sel}}})",
         "queue": f"{by_pod} (tidegate_admission_queue_depth{{{sel}}})",
         "seen": f"max by ({pod_label}) (timestamp(tidegate_admission_token_budget{{{sel}}}))",
-        "started": f"max by ({pod_label}) (tidegate_admission_started_at_seconds{{{sel}}})",
+        "started": f"min by ({pod_label}) (min_over_time(tidegate_admission_started_at_seconds{{{sel}}}{w}))",
     }
 
 

@@ -103,10 +103,11 @@ up() {
 		mkdir -p "$(dirname "$kubeconfig")"
 		rm -f "$kubeconfig" "$pod_net_file"
 		# chosen and recorded under one lock: two clusters made at once never take the same net
-		pod_net="$(
+		# (a group: a bare assignment's redirection is opened after its command substitution runs)
+		{ pod_net="$(
 			flock 9
 			choose_pod_net | tee "$pod_net_file"
-		)" 9>"$cache/clusters/.pod-net.lock"
+		)"; } 9>"$cache/clusters/.pod-net.lock"
 		log "creating cluster '$name' (kube-apiserver v$K8S_VERSION, etcd v$ETCD_VERSION)"
 		local start=$SECONDS
 		"$bin/kwokctl" create cluster --name "$name" --runtime binary \

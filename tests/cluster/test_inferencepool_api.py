@@ -57,6 +57,8 @@ KARPENTER_TAKES = {
         {"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]},
         {"key": "karpenter.k8s.aws/instance-gpu-memory", "operator": "Gte", "values": ["80000"]},
         {"key": "karpenter.k8s.aws/instance-gpu-count", "operator": "Lte", "values": ["8"]},
+        {"key": "example.com/memory-bytes", "operator": "Gt", "values": ["1000000000000000000"]},
+        {"key": "example.com/generation", "operator": "Lt", "values": ["0009"]},
         {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["a", "b", "c"], "minValues": 2},
     ],
     "limits": {"nvidia.com/gpu": "16", "cpu": "1500m", "memory": "64Gi"},

@@ -38,6 +38,11 @@ class MetricsSidecar:
 
     def __init__(self, name: str) -> None:
         self.name = name
+        self._metrics(started_at_s=None)
+        self.runner: web.AppRunner | None = None
+        self.port = 0
+
+    def _metrics(self, started_at_s: float | None) -> None:
         self.registry = CollectorRegistry()
         self.decisions = Counter(
             "tidegate_admission_decisions", "d", ["pool", "tenant", "priority", "decision", "reason"],
@@ -47,11 +52,12 @@ class MetricsSidecar:
         Gauge("tidegate_admission_token_budget", "b", registry=self.registry).set(BUDGET)
         Gauge("tidegate_admission_queue_depth", "q", registry=self.registry).set(0)
         self.in_flight.set(0.75 * BUDGET)
-        # the sidecar's start (admission/metrics.py): long before the window unless a test says otherwise
-        self.started = Gauge("tidegate_admission_started_at_seconds", "s", registry=self.registry)
-        self.started.set(time.time() - 3600)
-        self.runner: web.AppRunner | None = None
-        self.port = 0
+        if started_at_s is not None:  # without it: a sidecar older than the gauge, counted whole
+            Gauge("tidegate_admission_started_at_seconds", "s", registry=self.registry).set(started_at_s)
+
+    def begin(self) -> None:
+        """The sidecar process (re)starts now: counters from 0, its start gauge now (admission/metrics.py)."""
+        self._metrics(started_at_s=time.time())
 
     async def start(self) -> None:
         async def metrics(_: web.Request) -> web.Response:
@@ -192,7 +198,7 @@ async def test_a_pool_whose_sidecars_all_started_within_the_window_reads_what_on
     url, pods = prometheus
     await _scraping(url, len(pods))
     for p in pods:
-        p.started.set(time.time())
+        p.begin()
     await _drive(pods, 6.0, capacity=0, policy=0)  # 10 admitted per 100 ms per pod: 100/s each
     source = StaticPodSource({(NS, POOL): [PodInfo(p.name, "") for p in pods]})
     spec = ScalingSpec.model_validate(
@@ -202,3 +208,23 @@ async def test_a_pool_whose_sidecars_all_started_within_the_window_reads_what_on
     assert obs.reporting == 3
     per_replica = obs.admitted_per_s / obs.rate_replicas
     assert 70 <= per_replica <= 130, (per_replica, obs.reporting_share, obs.admitted_per_s)
+
+
+async def test_a_sidecar_restarted_within_the_window_still_counts_as_a_whole_replica(prometheus) -> None:
+    """Found in review: ``rate()`` keeps the counts from before a counter reset, so a sidecar restarted
+    1.5 s ago (its pod still up) must keep the share of its first start, not 1.5 s of the window:
+    otherwise its replica read about 1.4x what it admits (up to W x for a restart just now)."""
+    url, pods = prometheus
+    await _scraping(url, len(pods))
+    for p in pods:
+        p.begin()
+    await _drive(pods, 6.0, capacity=0, policy=0)  # 100/s each
+    pods[0].begin()  # its container restarts; the pod stays
+    await _drive(pods, 1.5, capacity=0, policy=0)
+    source = StaticPodSource({(NS, POOL): [PodInfo(p.name, "") for p in pods]})
+    spec = ScalingSpec.model_validate(
+        {"maxReplicas": 20, "signal": {"source": "prometheus", "prometheusUrl": url, "windowSeconds": 30}}
+    )
+    obs = await PrometheusSignals(source).observe(Target(NS, POOL, spec))
+    per_replica = obs.admitted_per_s / obs.rate_replicas
+    assert 70 <= per_replica <= 125, (per_replica, obs.reporting_share, obs.admitted_per_s)
