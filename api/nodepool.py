@@ -62,21 +62,21 @@ class NodeClassRef(ApiModel):
 # (pkg/apis/v1/labels.go, RestrictedLabelDomains), so neither does tidegate.
 _KARPENTER_KEYS = ("karpenter.sh/capacity-type", "karpenter.sh/nodepool")
 _DOMAIN = 'self.find("^([^/]+)")'
-# (CEL over the key, the same test in Python over (key, domain), message)
+# (CEL over the key, the same test in Python over the key, message)
 _KEY_RULES = (
     (
         "self != 'karpenter.sh/nodepool'",
-        lambda key, domain: key != "karpenter.sh/nodepool",
+        lambda key: key != "karpenter.sh/nodepool",
         "requirements: the label \"karpenter.sh/nodepool\" is Karpenter's own (each node carries its NodePool's name)",
     ),
     (
         "self != 'kubernetes.io/hostname'",
-        lambda key, domain: key != "kubernetes.io/hostname",
+        lambda key: key != "kubernetes.io/hostname",
         'requirements: the label "kubernetes.io/hostname" is restricted (each node gets its own)',
     ),
     (
         f"self in {list(_KARPENTER_KEYS)} || !{_DOMAIN}.endsWith('karpenter.sh')",
-        lambda key, domain: key in _KARPENTER_KEYS or not domain.endswith("karpenter.sh"),
+        lambda key: key in _KARPENTER_KEYS or not key.split("/", 1)[0].endswith("karpenter.sh"),
         'requirements: Karpenter restricts the label domain "karpenter.sh" (but for karpenter.sh/capacity-type; '
         "tidegate sets it from nodePool.capacityTypes)",
     ),
@@ -154,9 +154,8 @@ class Requirement(ApiModel):
     @field_validator("key")
     @classmethod
     def _unrestricted(cls, key: str) -> str:
-        domain = key.split("/", 1)[0]
         for _, allowed, message in _KEY_RULES:
-            if not allowed(key, domain):
+            if not allowed(key):
                 raise ValueError(message)
         return key
 

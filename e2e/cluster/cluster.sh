@@ -91,12 +91,15 @@ source "$here/addons.sh"
 
 up() {
 	bin="$(bin_dir)"
-	if answering && [[ -s "$pod_net_file" ]]; then
+	if [[ -s "$pod_net_file" ]] && answering; then
 		log "cluster '$name' already answering"
 	else
-		answering && log "cluster '$name' was made before each cluster had pod addresses of its own: recreating"
 		if "$bin/kwokctl" get clusters 2>/dev/null | grep -qx "$name"; then
-			log "cluster '$name' exists but does not answer: recreating"
+			if answering; then # answering without a recorded net: made before each cluster had its own
+				log "cluster '$name' was made before each cluster had pod addresses of its own: recreating"
+			else
+				log "cluster '$name' exists but does not answer: recreating"
+			fi
 			"$bin/kwokctl" delete cluster --name "$name" >&2 || true
 		fi
 		addons_down # any left from the previous cluster would talk to the new one with stale state
