@@ -236,7 +236,9 @@ class DisruptionSpec(ApiModel):
     """Karpenter disruption settings for GPU nodes (conservative by default: model loads are expensive)."""
 
     consolidation_policy: ConsolidationPolicy = Field(
-        default=ConsolidationPolicy.WHEN_EMPTY, description="`WhenEmpty` (default) or `WhenEmptyOrUnderutilized`."
+        default=ConsolidationPolicy.WHEN_EMPTY,
+        description="`WhenEmpty` (default), `WhenEmptyOrUnderutilized` or `Balanced` (the last needs a Karpenter "
+        "that has it, e.g. v1.14.1).",
     )
     consolidate_after: str = Field(
         default="10m",
