@@ -233,6 +233,24 @@ def test_a_pool_remembers_its_knee_but_still_scales_down_when_demand_falls() -> 
     assert (d.desired, d.reason) == (1, Reason.SCALE_DOWN)
 
 
+def test_the_throughput_need_counts_the_warm_replicas_that_serve() -> None:
+    # the knee is what a replica in the Service admits: 2 active + 1 serving warm full at 9/s, 3/s each
+    policy = Policy(min_replicas=1, max_replicas=20, scale_down_cooldown_s=300)
+    full = obs(active=2, admitted=9, capacity=3, util=0.95, reporting=3, warm=1, warm_serving=1)
+    _, state = decide(policy, full, LawState(), now_s=0)
+    # scaled out to 5 active + 1 serving warm, demand back to 9/s: 9 / (3 x 0.75) = 4 replicas in the
+    # Service, 1 of them the warm one, so 3 active; holding 4 active kept the warm one on top, unused
+    for t in range(15, 600, 15):
+        later = obs(active=5, admitted=9, util=0.1, reporting=6, warm=1, warm_serving=1)
+        d, state = decide(policy, later, state, now_s=t)
+    assert (d.desired, d.reason) == (3, Reason.SCALE_DOWN), d.text
+    d, _ = decide(policy, obs(active=3, admitted=9, util=0.2, reporting=4, warm=1, warm_serving=1), state, now_s=615)
+    assert (
+        d.text
+        == "3 -> 3: steady (capacity reject 0%, utilisation 20%); demand 9/s needs 3 at the 75% target beside 1 serving warm"
+    )
+
+
 def test_a_rate_seen_while_replicas_start_is_no_measure_of_capacity() -> None:
     policy = Policy(min_replicas=1, max_replicas=8, scale_down_cooldown_s=0)
     # saturated while 2 of 4 replicas are still loading: 2/s per serving replica is not a knee
