@@ -238,14 +238,15 @@ class PriorityClass(ApiModel):
         default=0.0,
         description="Share (0..1) of the replica's token budget (and of its concurrency) only this class may use: "
         "the other classes fill the replica only up to the rest, even while this class uses more than its share, "
-        "so a burst of this class always finds room.",
+        "so a burst of this class always finds room. A class with no request for 60 s lends its share to the "
+        "others until its next request, so a replica serving only other classes uses all of it.",
     )
     weight: float = Field(default=1.0, gt=0, le=1000, description="Weight in the fair queue relative to other classes.")
 
 
 def _default_priority_classes() -> list[PriorityClass]:
     return [
-        PriorityClass(name="interactive", ttft_slo_ms=2_000, reserved_share=0.2, weight=4.0),
+        PriorityClass(name="interactive", ttft_slo_ms=2_000, reserved_share=0.3, weight=4.0),
         PriorityClass(name="batch", ttft_slo_ms=60_000, reserved_share=0.0, weight=1.0),
     ]
 

@@ -140,27 +140,48 @@ def test_measured_durations_shorten_predicted_waits() -> None:
 
 
 def test_interactive_reserve_is_kept_from_batch() -> None:
-    e = engine()  # interactive reserves 20% of 1000 tokens and of 4 slots (floor 0.8 = 0)
-    assert e.submit("a", "batch", tokens(900)).reason is Reason.REQUEST_TOO_LARGE  # never fits 800
-    assert e.submit("a", "batch", tokens(800)).state is TicketState.ADMITTED
+    e = engine()  # interactive reserves 30% of 1000 tokens and of 4 slots (floor 1.2 = 1)
+    assert e.submit("a", "batch", tokens(800)).reason is Reason.REQUEST_TOO_LARGE  # never fits 700
+    assert e.submit("a", "batch", tokens(700)).state is TicketState.ADMITTED
     assert e.submit("b", "batch", tokens(100)).state is TicketState.QUEUED
-    assert e.submit("c", "interactive", tokens(200)).state is TicketState.ADMITTED
+    assert e.submit("c", "interactive", tokens(300)).state is TicketState.ADMITTED
 
 
 def test_batch_never_takes_the_interactive_share_even_while_interactive_uses_more_than_it() -> None:
     # Simulator, spike: interactive traffic past its 20 % let batch fill the rest, and the burst's
     # next interactive requests found the replica full of batch work (refused slo_unreachable).
-    e = engine(tenancy=SEPARATE)  # interactive keeps 20% of 1000 tokens
+    e = engine(tenancy=SEPARATE)  # interactive keeps 30% of 1000 tokens
     assert e.submit("a", "interactive", tokens(500)).state is TicketState.ADMITTED
-    assert e.submit("b", "batch", tokens(300)).state is TicketState.ADMITTED  # 800: up to the share
-    assert e.submit("b", "batch", tokens(100)).state is TicketState.QUEUED  # would take the last 20%
-    assert e.submit("c", "interactive", tokens(200)).state is TicketState.ADMITTED  # its room is there
+    assert e.submit("b", "batch", tokens(200)).state is TicketState.ADMITTED  # 700: up to the share
+    assert e.submit("b", "batch", tokens(100)).state is TicketState.QUEUED  # would take the last 30%
+    assert e.submit("c", "interactive", tokens(300)).state is TicketState.ADMITTED  # its room is there
+
+
+def test_a_class_absent_for_a_minute_lends_its_share_until_its_next_request() -> None:
+    # kept for ever, 30 % of a replica that only serves batch work stayed empty, and the batch
+    # refusals it caused counted as capacity demand: GPUs bought for headroom nobody used
+    clock = FakeClock()
+    e = engine(clock, tenancy=SEPARATE)
+    assert e.submit("a", "batch", tokens(700)).state is TicketState.ADMITTED
+    assert e.submit("b", "batch", tokens(300)).state is TicketState.QUEUED  # interactive present since the start
+    clock.advance(EngineTuning().reservation_idle_s)
+    e.tick()
+    assert e.capacity.lent == {"interactive"}
+    assert e.submit("c", "batch", tokens(300)).state is TicketState.ADMITTED  # the whole replica
+    assert e.submit("d", "batch", tokens(800)).reason is Reason.REQUEST_TOO_LARGE  # never more than 700 alone
+    # interactive is back: its share is headroom again from its first request
+    late = e.submit("e", "interactive", tokens(300))
+    assert late.state is TicketState.QUEUED and e.capacity.lent == frozenset()
+    e.release(e.capacity.in_flight[next(iter(e.capacity.in_flight))], Completion.SUCCESS)  # the 700 ends
+    assert late in e.take_settled() and late.state is TicketState.ADMITTED
+    assert e.submit("f", "batch", tokens(100)).state is TicketState.ADMITTED  # 300 + 300 + 100: within 700
+    assert e.submit("g", "batch", tokens(100)).state is TicketState.QUEUED  # would take interactive's share
 
 
 def test_a_higher_class_displaces_the_lowest_queued_request_when_full() -> None:
     e = engine(queue={"maxDepth": 2}, tenancy=SEPARATE)
-    e.submit("a", "batch", tokens(800))
-    e.submit("a", "interactive", tokens(200))
+    e.submit("a", "batch", tokens(700))
+    e.submit("a", "interactive", tokens(300))
     b1 = e.submit("b", "batch", tokens(100))
     b2 = e.submit("b", "batch", tokens(100))
     assert (b1.state, b2.state) == (TicketState.QUEUED, TicketState.QUEUED)
