@@ -14,7 +14,7 @@ Prints Markdown tables (summary, then refusals by class and reason); ``--out DIR
 ``table.md``, ``summary.json`` and one PNG per scenario (needs ``tidegate[sim]``).
 
 ``--frontier`` runs every policy over a grid of its knobs (tidegate: warm pool and whether it serves, targetUtilization,
-targetCapacityRejectRate; the baselines: their threshold and headroom replicas; the ``oracle``, a lower
+targetCapacityRejectRate, the interactive class's reservedShare; the baselines: their threshold and headroom replicas; the ``oracle``, a lower
 bound that is not a baseline: its requests/s per replica) on every scenario
 and seed, prints per scenario the GPU-hours each policy needs to reach 95%, 99% and 99.9%
 interactive SLO attainment and whether a baseline dominates tidegate's default, and writes

@@ -76,12 +76,23 @@ def _min_replicas(sc: Scenario, value: float) -> Scenario:
     return dataclasses.replace(sc, cluster=dataclasses.replace(sc.cluster, initial_replicas=initial))
 
 
+def _first_class_share(sc: Scenario, value: float) -> Scenario:
+    """``admission.priorityClasses[0].reservedShare`` (the interactive class's headroom kept from the others)."""
+    raw = sc.admission.model_dump(by_alias=False)
+    raw["priority_classes"][0]["reserved_share"] = value
+    try:
+        return dataclasses.replace(sc, admission=type(sc.admission).model_validate(raw))
+    except ValueError as exc:  # pydantic.ValidationError: the shares would sum above 1
+        raise FrontierError(f"priorityClasses[0].reservedShare={value}: {exc}") from exc
+
+
 KNOBS: dict[str, Callable[[Scenario, float], Scenario]] = {
-    # tidegate: spec.warmPool.size and spec.scaling
+    # tidegate: spec.warmPool.size, spec.scaling and the first priority class's reserved share
     "warm_pool": lambda sc, value: dataclasses.replace(sc, warm_pool=int(value)),
     "warmPool.serve": lambda sc, value: dataclasses.replace(sc, warm_pool_serve=bool(value)),  # 0 / 1
     "targetUtilization": _scaling("target_utilization"),
     "targetCapacityRejectRate": _scaling("target_capacity_reject_rate"),
+    "reservedShare": _first_class_share,
     # baselines: scenario.baselines (see tidegate.sim.simulate.baselines)
     "queue_waiting_target": _baseline("queue_waiting_target"),
     "http_concurrency_target": _baseline("http_concurrency_target"),
@@ -124,6 +135,7 @@ GRIDS: dict[str, dict[str, list[Config]]] = {
             *_product(warm_pool=(0,), targetUtilization=(0.9,)),  # the cheapest corner
             *_product(warm_pool=(2, 4), targetUtilization=(0.6,)),  # the most headroom
             *_product(targetCapacityRejectRate=(0.005, 0.1)),
+            *_product(reservedShare=(0.2, 0.5)),
             # spec.warmPool.serve both ways; the side a scenario already has repeats a point above
             # (or the default) and is run once
             *_product(**{"warmPool.serve": (0, 1)}),

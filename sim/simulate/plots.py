@@ -79,7 +79,16 @@ def write_all(results: list[Any], out: Path) -> list[Path]:
 NINES_MAX = 4.0
 """The attainment axis is in nines, ``-log10(1 - attainment)``, clipped at 99.99%."""
 
-_COLORS = {"tidegate": "tab:blue", "queue": "tab:orange", "http": "tab:green", "gie": "tab:red", "gpu": "tab:purple"}
+_COLORS = {
+    "tidegate": "tab:blue",
+    "queue": "tab:orange",
+    "http": "tab:green",
+    "gie": "tab:red",
+    "gpu": "tab:purple",
+    "oracle": "dimgrey",
+}
+_BOUNDS = {"oracle"}
+"""Policies drawn dashed and labelled as a bound: no one can run them (perfect foresight)."""
 
 
 def _nines(attainment: float) -> float:
@@ -95,9 +104,11 @@ def frontier(name: str, points: list[Any], fronts: dict[str, list[Any]], out: Pa
         color = _COLORS.get(policy)
         mine = [p for p in points if p.policy == policy]
         ax.scatter([p.gpu_hours for p in mine], [_nines(p.attainment) for p in mine], s=14, alpha=0.45, color=color)
+        bound = policy in _BOUNDS
         ax.plot(
             [p.gpu_hours for p in front], [_nines(p.attainment) for p in front], marker="o", markersize=4,
-            linewidth=1.4, color=color, label=f"{policy} ({len(mine)} configs)",
+            linewidth=1.4, color=color, linestyle="--" if bound else "-",
+            label=f"{policy}{' (bound: perfect foresight)' if bound else ''} ({len(mine)} configs)",
         )  # fmt: skip
     default = next((p for p in points if p.policy == "tidegate" and p.config == ()), None)
     if default is not None:

@@ -100,6 +100,10 @@ def test_knobs_change_the_scenario_and_refuse_what_the_spec_refuses(tiny) -> Non
         frontier.configure(tiny, (("targetCapacityRejectRate", 1.5),))
     with pytest.raises(frontier.FrontierError, match="unknown knob"):
         frontier.configure(tiny, (("magic", 1),))
+    shared = frontier.configure(tiny, (("reservedShare", 0.5),))
+    assert [c.reserved_share for c in shared.admission.priority_classes] == [0.5, 0.0]
+    with pytest.raises(frontier.FrontierError, match=r"(?s)reservedShare=1.5: .*less than or equal to 1"):
+        frontier.configure(tiny, (("reservedShare", 1.5),))
 
 
 def test_every_grid_configuration_is_valid_on_every_builtin_scenario() -> None:
