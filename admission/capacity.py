@@ -7,17 +7,16 @@ and the prompt tokens still in prefill. Rules, applied by :meth:`Capacity.fits`:
   ``sequences x prompts`` of them: ``n`` completions of each prompt of a prompt array run at once);
 - class ``c`` may use the budget less the reserved shares of the other classes
   (``reservedShare`` x budget tokens and x concurrency slots each), whether or not those classes
-  use them, while they are *present*: a reserved share is *headroom* kept free for its class, the
-  way the Gateway API Inference Extension keeps its last KV-cache room from sheddable requests.
-  Before, only the *unused* part was kept, so once interactive traffic held its 20 % batch could
-  fill the rest and a burst of interactive requests found the replica full of batch work
-  (simulator, spike seeds 0-2: batch held 44 % of the budget at each interactive refusal;
-  interactive attainment 95.9 % -> 99.0 % with batch's own 60 s SLO met 99.0 % -> 91.9 %). A class
-  is present from the engine's start and for :attr:`EngineTuning.reservation_idle_s` after each of
-  its requests; a class absent that long lends its share until its next request, so a replica that
-  only serves batch work uses all of it (kept for ever, 20 % of every batch-only replica stayed
-  empty and its refusals bought GPUs for it). The first requests of a class back after a quiet
-  spell may wait for the others' work to end: the share is headroom again from its first request;
+  use them: a reserved share is *headroom* kept free for its class, the way the Gateway API
+  Inference Extension keeps its last KV-cache room from sheddable requests. Before, only the
+  *unused* part was kept, so once interactive traffic held its 20 % batch could fill the rest and a
+  burst of interactive requests found the replica full of batch work (simulator, spike seeds 0-2:
+  batch held 44 % of the budget at each interactive refusal; interactive attainment 95.9 % -> 99.0 %
+  with batch's own 60 s SLO met 99.0 % -> 91.9 %). The price: a replica serving only the other
+  classes keeps the share empty. Lending it to them while its class is away was tried and not kept:
+  the first request of a class back after a quiet spell found the replica full of long work and,
+  its predicted start past its deadline, was refused where the kept share would have served it
+  at once (llama.cpp, 2 slots: 3 of 3 interactive requests refused, 0 before);
 - batch composition (``maxPrefillTokens``): prompt tokens in prefill at once are capped; a longer
   prompt waits for the prefills in progress to end, then runs alone;
 - a request alone on the replica always runs (it passed the never-fits checks against the
@@ -83,9 +82,6 @@ class EngineTuning:
     capacity_wait_s: float = 30.0
     """How long after the model server first answers healthy an unset budget waits for its capacity
     before the fallback (:mod:`tidegate.admission.sizing`); llama.cpp and TGI are read again every 5 s."""
-    reservation_idle_s: float = 60.0
-    """A priority class with no request for this long lends its ``reservedShare`` to the other
-    classes until its next request (:mod:`tidegate.admission.capacity`)."""
 
 
 class Capacity:
@@ -107,21 +103,24 @@ class Capacity:
         self._adapted_at_s = now
         self.token_budget = admission.token_budget
         self._base_budget: int | None = None
-        self._started_s = now
-        self._seen: dict[str, float] = {}  # class -> time of its last request
-        self._lent: set[str] = set()  # classes absent for reservation_idle_s: their shares are lent
         self.configure(admission, {})
 
     def configure(self, admission: AdmissionSpec, classes: dict[str, tuple[int, PriorityClass]]) -> None:
         """New settings; an adapted budget is kept (clamped) while ``tokenBudget`` is unchanged."""
         self.admission, self._classes = admission, classes
-        self._shares = {
-            name: (k.reserved_share, math.floor(k.reserved_share * admission.max_concurrency))
-            for name, (_, k) in classes.items()
-        }
-        self._lent &= set(classes)
-        self._configured_others = self._reservations(set())
-        self._others = self._reservations(self._lent)
+        # per class: the other classes' reserved shares (of the budget in force) and slots, fixed by the
+        # settings, so the admission path looks them up instead of summing them for every request
+        self._others = {
+            name: (
+                sum(k.reserved_share for other, (_, k) in classes.items() if other != name),
+                sum(
+                    math.floor(k.reserved_share * admission.max_concurrency)
+                    for other, (_, k) in classes.items()
+                    if other != name
+                ),
+            )
+            for name in (*classes, "")
+        }  # "": a class no longer configured (a reload removed it while its requests are held) yields to all
         budget, adaptive = admission.token_budget, admission.adaptive_budget
         if adaptive.enabled and self._base_budget == budget:
             low, high = budget * adaptive.min_ratio, budget * adaptive.max_ratio
@@ -163,50 +162,14 @@ class Capacity:
 
     # ---- what fits ------------------------------------------------------------------------------
 
-    def _reservations(self, lent: set[str]) -> dict[str, tuple[float, int]]:
-        """Per class, the reserved shares and slots of the other classes not in ``lent``: looked up on
-        the admission path, not summed for every request. ``""``: a class no longer configured (a
-        reload removed it while its requests are held) yields to all."""
-        kept = [(name, share) for name, share in self._shares.items() if name not in lent]
-        return {
-            name: (sum(s for other, (s, _) in kept if other != name), sum(r for other, (_, r) in kept if other != name))
-            for name in (*self._shares, "")
-        }
-
-    def note_request(self, name: str, now: float) -> None:
-        """A request of class ``name`` arrived: the class is present, its share kept from now on."""
-        self._seen[name] = now
-        if name in self._lent:
-            self._lent.discard(name)
-            self._others = self._reservations(self._lent)
-
-    def lend_idle_shares(self, now: float) -> None:
-        """Lend the share of every class without a request for :attr:`EngineTuning.reservation_idle_s`."""
-        idle = {
-            name
-            for name, (share, _) in self._shares.items()
-            if share > 0
-            and name not in self._lent
-            and now - self._seen.get(name, self._started_s) >= self.tuning.reservation_idle_s
-        }
-        if idle:
-            self._lent |= idle
-            self._others = self._reservations(self._lent)
-
-    @property
-    def lent(self) -> frozenset[str]:
-        """The classes whose reserved share is lent now (absent for :attr:`EngineTuning.reservation_idle_s`)."""
-        return frozenset(self._lent)
-
     def reserved_for_others(self, name: str) -> tuple[float, float]:
-        """The reserved shares of the other present classes, used or not: (tokens, requests)."""
+        """The reserved shares of the classes other than ``name``, used or not: (tokens, requests)."""
         share, requests = self._others.get(name) or self._others[""]
         return share * self.token_budget, requests
 
     def others_share(self, name: str) -> float:
-        """The other classes' configured reserved shares of the budget, present or not, 0..1: what
-        ``name`` may ever hold (the never-fits check), whatever is lent now."""
-        return (self._configured_others.get(name) or self._configured_others[""])[0]
+        """The other classes' reserved shares of the budget, 0..1 (:meth:`reserved_for_others`)."""
+        return (self._others.get(name) or self._others[""])[0]
 
     def fits(self, ticket: Ticket) -> tuple[bool, bool]:
         """(fits now, blocked by total capacity rather than only by another class's reservation)."""

@@ -401,7 +401,6 @@ class Engine:
             return self._reject(ticket, Reason.BAD_REQUEST, f"unknown priority class {name!r} (known: {known})", None)
         rank, klass = self._classes[name]
         ticket.rank = rank
-        self.capacity.note_request(name, now)
         # The SLO is on the TTFT the client sees: the queue wait plus the backend's own TTFT.
         backend_ttft = self.capacity.predicted_ttft_s(name)
         slo_wait = klass.ttft_slo_ms / 1000.0 - backend_ttft
@@ -630,7 +629,6 @@ class Engine:
                 self._settled.append(ticket)
         self.capacity.adapt(now)
         self.capacity.end_estimated_prefills(now)
-        self.capacity.lend_idle_shares(now)
         self.dispatch()
         if now - self._compacted_at_s >= self.tuning.compact_every_s:
             self._compacted_at_s = now

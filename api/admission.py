@@ -238,8 +238,7 @@ class PriorityClass(ApiModel):
         default=0.0,
         description="Share (0..1) of the replica's token budget (and of its concurrency) only this class may use: "
         "the other classes fill the replica only up to the rest, even while this class uses more than its share, "
-        "so a burst of this class always finds room. A class with no request for 60 s lends its share to the "
-        "others until its next request, so a replica serving only other classes uses all of it.",
+        "so a burst of this class always finds room.",
     )
     weight: float = Field(default=1.0, gt=0, le=1000, description="Weight in the fair queue relative to other classes.")
 
@@ -496,7 +495,7 @@ class AdmissionSpec(ApiModel):
         default_factory=_default_priority_classes,
         min_length=1,
         max_length=16,
-        description="Classes of service, names unique; default `interactive` (TTFT 2 s, 20% "
+        description="Classes of service, names unique; default `interactive` (TTFT 2 s, 30% "
         "reserved) and `batch` (60 s).",
         json_schema_extra=LIST_MAP_BY_NAME,
     )

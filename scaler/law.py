@@ -27,8 +27,7 @@ since its replicas then no longer admit what they did, :func:`knee_contradicted`
     raw      = max(ceil(D / (max(A / n, c) * t)), util_rec, N)   if rate > r*   (saturated; A ~ 0: maxReplicas)
              = minReplicas                                  else if idle (no demand, nothing in flight)
              = util_rec                                     otherwise
-    need     = ceil(D / (c * t)) - Ws      throughput need, once a knee has been seen, less the ``Ws``
-                                           ready warm replicas in the Service (``warm_serving``)
+    need     = ceil(D / (c * t))           throughput need, once a knee has been seen
     raw      = max(raw, min(need, N))      when raw < N and not idle: never below the throughput need
 
 ``L`` is a gauge read at one instant, and requests' token counts are heavy-tailed (a few long
@@ -44,12 +43,7 @@ saturated pool is sized to run at ``t``; ``c`` stands in when it is higher, beca
 replica admits falls the longer it is overloaded (the adaptive budget cuts, a breaker opens):
 sized by the current ``A / n`` alone, the simulator's spike asked for maxReplicas (16) and
 peaked at 9-13 replicas, against 7-9 for the same attainment. The throughput need is the same measure remembered
-from the last time replicas were full, in replicas *in the Service*: ``c`` is ``A / n`` and ``n``
-counts the serving warm replicas, so the ``Ws`` of them already serving cover ``Ws`` of the need.
-Held at the whole need, the active replicas alone carried it and the warm ones sat on top (simulator,
-spike: 5 active + 1 warm at 17-35 % token utilisation through a 3x burst that 4 replicas carried for
-``gie``; seeds 0-2, spike 2.75 -> 2.64 GPU-h and replica-lost 1.77 -> 1.70 at the same attainment,
-the other five unchanged). It only ever holds a scale-down: in-flight tokens grow
+from the last time replicas were full, and only ever holds a scale-down: in-flight tokens grow
 super-linearly with congestion (Little's law, ``L = lambda * W`` with ``W`` growing as the
 replicas fill), so a pool that just scaled up sees ``L`` collapse and ``util_rec`` would take
 it straight back down (1 -> 2 -> 1 ...) while the demand it served is unchanged; ``D`` and
@@ -287,11 +281,31 @@ def knee_rate(policy: Policy, obs: Observation, sustained: bool = True) -> float
 
 
 def throughput_need(policy: Policy, obs: Observation, capacity: float | None) -> int | None:
-    """``ceil(D / (c * t))``: the demand in replicas in the Service (active or serving warm) admitting
-    ``capacity`` each at the target; None without a capacity or without demand."""
+    """``ceil(D / (c * t))``: the demand in replicas admitting ``capacity`` each at the target; None
+    without a capacity or without demand."""
     if not capacity or obs.demand_per_s <= 0:
         return None
     return _count(obs.demand_per_s / (capacity * policy.target_utilization))
+
+
+def active_need(policy: Policy, obs: Observation, need: int) -> int:
+    """The throughput need in active replicas: the fewest ``K >= need - Ws`` (``Ws`` the ready warm
+    replicas serving, which carry their share of the ``need`` replicas in the Service) at which the
+    active replicas would still run at or under the target utilisation once the pool is down to
+    them, by the congestion model ``u' = u x (N / K) x (S / S')`` (``S = N + Ws`` replicas serving
+    now, ``S' = K + Ws``: in-flight tokens grow with the square of each replica's load, and
+    utilisation divides every serving replica's tokens by the active ones alone); ``need`` when
+    none below it does, or without a utilisation reading. Without the model check a small pool
+    flapped: down to the need less its warm replica, its utilisation read over the band, the warm
+    replica was promoted, a new one loaded, and the floor dropped again (2 -> 1 -> 2 active every
+    ~5 minutes in a closed-loop model at 15 req/s)."""
+    ws, n, u = obs.warm_serving, obs.active, obs.utilization
+    if not ws or u is None or need <= 1:
+        return need
+    for k in range(max(1, need - ws), need):
+        if k >= n or u * (n / k) * ((n + ws) / (k + ws)) <= policy.target_utilization:
+            return k
+    return need
 
 
 def knee_contradicted(policy: Policy, obs: Observation, capacity: float | None) -> bool:
@@ -394,7 +408,7 @@ def decide(policy: Policy, obs: Observation, state: LawState, now_s: float) -> t
         if raw < n and rule is not Reason.IDLE:
             need = throughput_need(policy, obs, capacity)
             if need is not None:
-                need = max(0, need - obs.warm_serving)  # in active replicas: the serving warm ones carry their share
+                need = active_need(policy, obs, need)
             raw = max(raw, min(need or 0, n))
         raw = policy.clamp(raw)
         recs = (*recs, (now_s, raw))
