@@ -27,7 +27,8 @@ since its replicas then no longer admit what they did, :func:`knee_contradicted`
     raw      = max(ceil(D / (max(A / n, c) * t)), util_rec, N)   if rate > r*   (saturated; A ~ 0: maxReplicas)
              = minReplicas                                  else if idle (no demand, nothing in flight)
              = util_rec                                     otherwise
-    need     = ceil(D / (c * t))           throughput need, once a knee has been seen
+    need     = ceil(D / (c * t))           throughput need in replicas in the Service, once a knee has been
+                                           seen; less the serving warm ones where that cannot flap (active_need)
     raw      = max(raw, min(need, N))      when raw < N and not idle: never below the throughput need
 
 ``L`` is a gauge read at one instant, and requests' token counts are heavy-tailed (a few long
@@ -43,7 +44,9 @@ saturated pool is sized to run at ``t``; ``c`` stands in when it is higher, beca
 replica admits falls the longer it is overloaded (the adaptive budget cuts, a breaker opens):
 sized by the current ``A / n`` alone, the simulator's spike asked for maxReplicas (16) and
 peaked at 9-13 replicas, against 7-9 for the same attainment. The throughput need is the same measure remembered
-from the last time replicas were full, and only ever holds a scale-down: in-flight tokens grow
+from the last time replicas were full, in replicas *in the Service* (``c`` is ``A / n``, and ``n``
+counts the serving warm replicas): the active replicas are held at it less the warm replicas'
+share, as far as :func:`active_need` finds that safe. It only ever holds a scale-down: in-flight tokens grow
 super-linearly with congestion (Little's law, ``L = lambda * W`` with ``W`` growing as the
 replicas fill), so a pool that just scaled up sees ``L`` collapse and ``util_rec`` would take
 it straight back down (1 -> 2 -> 1 ...) while the demand it served is unchanged; ``D`` and
