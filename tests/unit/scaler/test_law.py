@@ -251,24 +251,20 @@ def test_the_throughput_need_counts_the_warm_replicas_that_serve() -> None:
 def test_the_warm_replicas_share_of_the_need_is_not_taken_where_the_active_ones_would_read_over_target() -> None:
     # 2 active + 1 serving warm, the knee 10/s per replica, 15/s now: 2 replicas in the Service carry it,
     # so 1 active beside the warm one; but utilisation divides all three replicas' tokens by the active
-    # ones, and in-flight tokens grow with the square of the load: at 1 active + 1 warm the 37 % read at
-    # 2 + 1 becomes 0.37 x 2/1 x 3/2 = 111 %, over the band: the warm one promoted, a new one loading, and
+    # ones, and in-flight tokens grow steeply with load: at 1 active + 1 warm the 37 % read at 2 + 1
+    # becomes 0.37 x 2/1 x (3/2)**3 = 250 %, over the band: the warm one promoted, a new one loading, and
     # the floor dropping again (a flap). The floor keeps 2 there, and takes the warm share where it fits.
     policy = Policy(min_replicas=1, max_replicas=20, scale_down_cooldown_s=300)
-    _, state = decide(
-        policy,
-        obs(active=2, admitted=30, capacity=10, util=0.95, reporting=3, warm=1, warm_serving=1),
-        LawState(),
-        now_s=0,
-    )
+    knee = obs(active=2, admitted=30, capacity=10, util=0.95, reporting=3, warm=1, warm_serving=1)
+    _, state = decide(policy, knee, LawState(), now_s=0)
     for t in range(15, 600, 15):
         d, _ = decide(
             policy, obs(active=2, admitted=15, util=0.37, reporting=3, warm=1, warm_serving=1), state, now_s=t
         )
     assert (d.desired, d.reason) == (2, Reason.STEADY), d.text
-    for t in range(15, 600, 15):
+    for t in range(15, 600, 15):  # 0.1 x 2/1 x (3/2)**3 = 68 %: under the 75 % target
         d, state = decide(
-            policy, obs(active=2, admitted=15, util=0.2, reporting=3, warm=1, warm_serving=1), state, now_s=t
+            policy, obs(active=2, admitted=15, util=0.1, reporting=3, warm=1, warm_serving=1), state, now_s=t
         )
     assert (d.desired, d.reason) == (1, Reason.SCALE_DOWN), d.text
 
