@@ -45,7 +45,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--policy",
         default="tidegate",
-        help="tidegate | queue | http | gie | gpu | tidegate-hpa300 (default: %(default)s)",
+        help="tidegate | queue | http | gie | gpu | tidegate-hpa300 | oracle (a bound: knows the load ahead) (default: %(default)s)",
     )
     p.add_argument("--all", action="store_true", help="run every built-in scenario under every policy")
     p.add_argument("--scenarios", help="with --all/--frontier: comma-separated scenario names or files")
