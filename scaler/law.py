@@ -316,10 +316,6 @@ def active_need(policy: Policy, obs: Observation, need: int) -> int:
         if k >= n or u * (n / k) * ((n + ws) / (k + ws)) ** (CONGESTION_EXPONENT - 1) <= policy.target_utilization:
             return k
     return need
-    for k in range(max(1, need - ws), need):
-        if k >= n or u * (n / k) * ((n + ws) / (k + ws)) <= policy.target_utilization:
-            return k
-    return need
 
 
 def knee_contradicted(policy: Policy, obs: Observation, capacity: float | None) -> bool:
