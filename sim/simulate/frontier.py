@@ -55,13 +55,19 @@ class FrontierError(ValueError):
     """A grid or knob that cannot be run (unknown name, a value the spec refuses)."""
 
 
+def _validated(sc: Scenario, part: str, raw: dict, what: str) -> Scenario:
+    """``sc`` with its pydantic ``part`` (``scaling``, ``admission``) rebuilt from ``raw`` and validated as
+    the spec validates it; :class:`FrontierError` naming ``what`` if the spec refuses it."""
+    try:
+        return dataclasses.replace(sc, **{part: type(getattr(sc, part)).model_validate(raw)})
+    except ValueError as exc:  # pydantic.ValidationError
+        raise FrontierError(f"{what}: {exc}") from exc
+
+
 def _scaling(field: str) -> Callable[[Scenario, float], Scenario]:
     def apply(sc: Scenario, value: float) -> Scenario:
         raw = sc.scaling.model_dump(by_alias=False) | {field: value}
-        try:
-            return dataclasses.replace(sc, scaling=type(sc.scaling).model_validate(raw))
-        except ValueError as exc:  # pydantic.ValidationError
-            raise FrontierError(f"scaling.{field}={value}: {exc}") from exc
+        return _validated(sc, "scaling", raw, f"scaling.{field}={value}")
 
     return apply
 
@@ -80,10 +86,7 @@ def _first_class_share(sc: Scenario, value: float) -> Scenario:
     """``admission.priorityClasses[0].reservedShare`` (the interactive class's headroom kept from the others)."""
     raw = sc.admission.model_dump(by_alias=False)
     raw["priority_classes"][0]["reserved_share"] = value
-    try:
-        return dataclasses.replace(sc, admission=type(sc.admission).model_validate(raw))
-    except ValueError as exc:  # pydantic.ValidationError: the shares would sum above 1
-        raise FrontierError(f"priorityClasses[0].reservedShare={value}: {exc}") from exc
+    return _validated(sc, "admission", raw, f"priorityClasses[0].reservedShare={value}")
 
 
 KNOBS: dict[str, Callable[[Scenario, float], Scenario]] = {

@@ -258,11 +258,11 @@ def test_the_warm_replicas_share_of_the_need_is_not_taken_where_the_active_ones_
     knee = obs(active=2, admitted=30, capacity=10, util=0.95, reporting=3, warm=1, warm_serving=1)
     _, state = decide(policy, knee, LawState(), now_s=0)
     for t in range(15, 600, 15):
-        d, _ = decide(
+        d, state = decide(
             policy, obs(active=2, admitted=15, util=0.37, reporting=3, warm=1, warm_serving=1), state, now_s=t
         )
     assert (d.desired, d.reason) == (2, Reason.STEADY), d.text
-    for t in range(15, 600, 15):  # 0.1 x 2/1 x (3/2)**3 = 68 %: under the 75 % target
+    for t in range(600, 1200, 15):  # 0.1 x 2/1 x (3/2)**3 = 68 %: under the 75 % target
         d, state = decide(
             policy, obs(active=2, admitted=15, util=0.1, reporting=3, warm=1, warm_serving=1), state, now_s=t
         )
