@@ -134,7 +134,11 @@ _OVER_LIMITS_HINT = (
 
 
 def unschedulable(
-    pods: Iterable[Any], now_s: float, threshold_s: float, karpenter_says: Mapping[str, str] | None = None
+    pods: Iterable[Any],
+    now_s: float,
+    threshold_s: float,
+    karpenter_says: Mapping[str, str] | None = None,
+    node_pool_filtered: str | None = None,
 ) -> list[Problem]:
     """Pods Pending unscheduled for ``threshold_s`` or longer, grouped by the scheduler's message
     and the GPUs each asks for (a rollout to another ``gpus`` has pods of both counts Pending).
@@ -142,6 +146,10 @@ def unschedulable(
     ``karpenter_says``: Karpenter's own message per pod uid (:func:`tidegate.operator.karpenter.cannot_place`);
     a pod it names is reported with Karpenter's words, which say why no node is launched, where the
     scheduler only says that no node matches the NodePool's selector.
+
+    ``node_pool_filtered``: Karpenter's word that the NodePool's requirements leave it no instance type
+    (:func:`tidegate.operator.karpenter.filtered_out`); then that is why every such pod waits, whatever
+    else was said of each.
     """
     karpenter_says = karpenter_says or {}
     by_message: dict[tuple[str, int], list[str]] = {}  # (scheduler message, nvidia.com/gpu per pod) -> pods
@@ -150,14 +158,14 @@ def unschedulable(
         since, message = _unschedulable_since(pod)
         if since is None or now_s - since < threshold_s:
             continue
-        if says := karpenter_says.get(pod.metadata.uid or ""):
+        if says := node_pool_filtered or karpenter_says.get(pod.metadata.uid or ""):
             by_karpenter.setdefault(says, []).append(pod.metadata.name)
         else:
             by_message.setdefault((message, _gpus(pod)), []).append(pod.metadata.name)
     found = [
         Problem(
             Reason.KARPENTER_CANNOT_PLACE,
-            f"{_pods(pod_names)} Pending for over {threshold_s:g} s, Karpenter launches no node for it: {says}"
+            f"{_pods(pod_names)} Pending for over {threshold_s:g} s, Karpenter launches no node for {'it' if len(pod_names) == 1 else 'them'}: {says}"
             + (_OVER_LIMITS_HINT if "exceed limits" in says else ""),
         )
         for says, pod_names in by_karpenter.items()

@@ -17,6 +17,12 @@ Karpenter v1 writes two things on a NodePool that the pool's conditions repeat
   type has enough resources, requirements=..., resources={...}" for a pod larger than every
   instance type. The scheduler's own Event on the same pod only says the node selector matched
   no node.
+- a ``NoCompatibleInstanceTypes`` Warning Event on the NodePool itself (in namespace ``default``,
+  where client-go files the Events of cluster-scoped objects) when its requirements leave no
+  instance type at all, "... due to minValues incompatibility" when a ``minValues`` is what does it
+  (``events.go`` ``NoCompatibleInstanceTypes``, posted from ``NewScheduler`` at most once a minute
+  per NodePool). The pod then hears only "nodepool requirements filtered out all available
+  instance types", or nothing about this NodePool at all when others exist.
 - ``status.resources``: the capacity of its nodes, launched or still launching
   (``pkg/controllers/nodepool/counter``). Before launching a node Karpenter checks it against
   ``spec.limits``; a pod that would cross the limit stays Pending, and what reaches the pod is a
@@ -135,6 +141,63 @@ def limit_reached(node_pool: Mapping[str, Any], pending_gpus: Iterable[int], pla
 def _when(event: Any) -> float:
     stamp = event.last_timestamp or event.event_time or event.first_timestamp
     return stamp.timestamp() if stamp else 0.0
+
+
+NO_COMPATIBLE_INSTANCE_TYPES = "NoCompatibleInstanceTypes"
+NO_COMPATIBLE_DEDUPE_S = 60.0
+"""Karpenter posts ``NoCompatibleInstanceTypes`` at most once a minute per NodePool (its DedupeTimeout)."""
+
+
+def filtered_out(
+    events: Iterable[Any],
+    node_pool: Mapping[str, Any],
+    pending_since_s: float,
+    requirements: Iterable[Mapping[str, Any]] = (),
+) -> str | None:
+    """Why Karpenter launches nothing for ``node_pool``, when its requirements leave it no instance type;
+    else None.
+
+    ``events``: ``CoreV1Event`` s on NodePools (reason ``NoCompatibleInstanceTypes``); one counts when
+    it is about this NodePool (the live object's ``metadata.uid``: a NodePool deleted and made again
+    is another) and was posted no longer than :data:`NO_COMPATIBLE_DEDUPE_S` before
+    ``pending_since_s`` (epoch seconds the pool's pods have been unschedulable since): Karpenter says
+    it again on its next scheduling round, unless it said it within that minute. Older, it is about
+    requirements since changed or pods since placed.
+
+    ``requirements``: the pool's ``spec.nodePool.requirements`` (dicts, in order). The text names the
+    field to change: the entries with a ``minValues`` (by index) when Karpenter says minValues, else
+    the requirements and ``capacityTypes`` as a whole.
+    """
+    uid = (node_pool.get("metadata") or {}).get("uid")
+    mine = [
+        e
+        for e in events
+        if e.reason == NO_COMPATIBLE_INSTANCE_TYPES
+        and e.involved_object is not None
+        and uid is not None
+        and e.involved_object.uid == uid
+        and _when(e) >= pending_since_s - NO_COMPATIBLE_DEDUPE_S
+    ]
+    if not mine:
+        return None
+    said = max(mine, key=_when).message or "NodePool requirements filtered out all compatible instance types"
+    if "minValues" in said:
+        asked = [
+            f"spec.nodePool.requirements[{i}] ({r.get('key')} minValues {r['minValues']})"
+            for i, r in enumerate(requirements)
+            if r.get("minValues") is not None
+        ]
+        hint = (
+            f"{', '.join(asked) or 'a requirement'} asks for more distinct values than the instance types that "
+            "meet every other requirement offer: lower minValues, or widen the values it and the others allow"
+        )
+    else:
+        hint = (
+            "no instance type Karpenter offers for this NodeClass meets every spec.nodePool.requirements entry "
+            "and spec.nodePool.capacityTypes at once: check their values (instance type names, GPU labels, zones, "
+            "capacity types) against what the NodeClass offers"
+        )
+    return f"{said} ({hint})"
 
 
 def cannot_place(events: Iterable[Any], node_pool: str | None = None) -> dict[str, str]:

@@ -148,6 +148,12 @@ class Kube:
         selector = f"involvedObject.kind=Pod,reason={reason},source={source}"
         return self.core.list_namespaced_event(namespace, field_selector=selector).items
 
+    def node_pool_events(self, name: str, reason: str) -> list[kubernetes.client.CoreV1Event]:
+        """Events with ``reason`` on the cluster-scoped NodePool ``name``: client-go files the Events of
+        a cluster-scoped object in namespace ``default`` (``tools/record/event.go``, ``makeEvent``)."""
+        selector = f"involvedObject.kind=NodePool,involvedObject.name={name},reason={reason}"
+        return self.core.list_namespaced_event("default", field_selector=selector).items
+
     EVENTS_REMEMBERED = 4096
     """Repeats of this many distinct Events are folded into one (client-go's event cache holds as many)."""
 

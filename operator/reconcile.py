@@ -406,15 +406,26 @@ def _karpenter_says(
     now_s: float,
     threshold_s: float,
     np_state: Integration,
-) -> dict[str, str]:
-    """Karpenter's FailedScheduling message per long-Pending pod uid; read only when the pool has a
-    NodePool Karpenter serves and some pod has been unschedulable for ``threshold_s``."""
+) -> tuple[dict[str, str], str | None]:
+    """What Karpenter says of the pool's long-Pending pods: its FailedScheduling message per pod uid, and
+    its word on the NodePool when its requirements leave no instance type (None else). Read only when
+    the pool has a NodePool Karpenter serves and some pod has been unschedulable for ``threshold_s``."""
     if np_state not in (Integration.APPLIED, Integration.NOT_READY):
-        return {}
-    if not any((age := _unschedulable_for(p, now_s)) is not None and age >= threshold_s for p in pods):
-        return {}
+        return {}, None
+    waiting = [age for p in pods if (age := _unschedulable_for(p, now_s)) is not None and age >= threshold_s]
+    if not waiting:
+        return {}, None
+    np_name = names.node_pool_name(pool)
     events = kube.pod_events(pool.metadata.namespace, "FailedScheduling", "karpenter")
-    return karpenter.cannot_place(events, names.node_pool_name(pool))
+    node_pool = kube.get("karpenter.sh/v1", "NodePool", np_name) or {}
+    requirements = [r.model_dump(mode="json", exclude_none=True) for r in pool.spec.node_pool.requirements]
+    filtered = karpenter.filtered_out(
+        kube.node_pool_events(np_name, karpenter.NO_COMPATIBLE_INSTANCE_TYPES),
+        node_pool,
+        now_s - max(waiting),
+        requirements,
+    )
+    return karpenter.cannot_place(events, np_name), filtered
 
 
 def _apply_or_report(kube: Kube, manifest: dict[str, Any], problems: list[Problem]) -> dict[str, Any] | None:
@@ -529,8 +540,8 @@ def reconcile(
     if at_limit:
         problems.append(Problem(Reason.NODE_POOL_LIMIT_REACHED, at_limit))
     else:
-        says = _karpenter_says(kube, pool, pods, now_s, settings.gpu_pending_seconds, np_state)
-        problems += failures.unschedulable(pods, now_s, settings.gpu_pending_seconds, says)
+        says, filtered = _karpenter_says(kube, pool, pods, now_s, settings.gpu_pending_seconds, np_state)
+        problems += failures.unschedulable(pods, now_s, settings.gpu_pending_seconds, says, filtered)
     problems += failures.containers(pods)
     if desired_active < pool.spec.replicas:
         problems.append(

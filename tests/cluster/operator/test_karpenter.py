@@ -258,3 +258,54 @@ def test_a_pod_no_instance_type_can_hold_degrades_the_pool_in_karpenters_words(a
         assert "requirements=" not in degraded["message"]  # the long label list is left out
     finally:
         custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "big")
+
+
+@pytest.mark.parametrize(
+    ("requirement", "said", "field"),
+    [
+        (
+            # Two instance types asked for, only one exists here: minValues 2 cannot be met.
+            {"operator": "In", "values": ["gpu-h100-1x", "gpu-a100-1x"], "minValues": 2},
+            "filtered out all compatible available instance types due to minValues incompatibility",
+            "spec.nodePool.requirements[0] (node.kubernetes.io/instance-type minValues 2)",
+        ),
+        (
+            {"operator": "In", "values": ["gpu-a100-1x"]},  # a type this cloud does not offer (a typo, say)
+            "filtered out all compatible available instance types (",
+            "spec.nodePool.requirements entry and spec.nodePool.capacityTypes",
+        ),
+    ],
+    ids=["min-values", "no-such-type"],
+)
+def test_a_node_pool_whose_requirements_leave_no_instance_type_degrades_the_pool_naming_the_field(
+    api_client, namespace: str, requirement: dict, said: str, field: str
+) -> None:
+    # Karpenter says this on the NodePool (a NoCompatibleInstanceTypes Warning); on the pod it says
+    # at most "nodepool requirements filtered out all available instance types", and nothing at all
+    # of this NodePool when other NodePools exist, so the pool would otherwise quote the scheduler.
+    custom = kubernetes.client.CustomObjectsApi(api_client)
+    name = "mv" if "minValues" in requirement else "typo"
+    body = valid_pool(name)
+    body["spec"].update(
+        server={"image": "vllm/vllm-openai:v0.11.0", "gpus": 1},
+        warmPool={"size": 0},
+        nodePool={
+            "enabled": True,
+            "nodeClassRef": NODE_CLASS,
+            "requirements": [{"key": "node.kubernetes.io/instance-type", **requirement}],
+        },
+    )
+    custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body)
+    try:
+        degraded = wait_for(
+            lambda: (
+                (c := _condition(custom, namespace, name, "Degraded")) and c["reason"] == "KarpenterCannotPlace" and c
+            ),
+            timeout_s=90,
+            interval_s=1,
+            what="Degraded=True KarpenterCannotPlace on the pool",
+        )
+        assert "Karpenter launches no node for it: NodePool requirements " + said in degraded["message"]
+        assert field in degraded["message"]
+    finally:
+        custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)

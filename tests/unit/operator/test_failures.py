@@ -191,3 +191,19 @@ def test_a_pod_over_the_limit_by_the_nodes_gpus_is_told_the_default_limit_and_th
     assert karp.reason == "KarpenterCannotPlace"
     assert "(scaling.maxReplicas + warmPool.size + 1) x GPUs per replica" in karp.message
     assert "set spec.nodePool.limits" in karp.message
+
+
+def test_a_node_pool_with_no_instance_type_is_why_every_pending_pod_waits() -> None:
+    # Karpenter says it on the NodePool; what it said on each pod (or the scheduler's own message)
+    # does not say why, so every pod long Pending is reported with the NodePool's words.
+    since = NOW - datetime.timedelta(seconds=30)
+    cond = V1PodCondition(
+        type="PodScheduled", status="False", reason="Unschedulable", message="0/5 nodes", last_transition_time=since
+    )
+    pods = [_pod(f"p-{i}", phase="Pending", conditions=[cond]) for i in range(2)]
+    pods[0].metadata.uid = "u0"
+    says = {"u0": "nodepool requirements filtered out all available instance types"}
+    filtered = "NodePool requirements filtered out ... due to minValues incompatibility (lower minValues)"
+    (karp,) = failures.unschedulable(pods, NOW.timestamp(), 10, karpenter_says=says, node_pool_filtered=filtered)
+    assert karp.reason == "KarpenterCannotPlace"
+    assert karp.message == f"2 pods (p-0, p-1) Pending for over 10 s, Karpenter launches no node for them: {filtered}"

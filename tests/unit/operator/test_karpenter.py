@@ -122,3 +122,52 @@ def test_node_registration_unhealthy_is_said_beside_ready() -> None:
     assert (
         karpenter.readiness(_node_pool(healthy)).message == "NodePool tidegate-ns-p is Ready in Karpenter (1 node(s))"
     )
+
+
+# Karpenter v1.14.1's Warning on a NodePool whose requirements leave no instance type
+# (pkg/controllers/provisioning/scheduling/events.go, NoCompatibleInstanceTypes).
+MIN_VALUES = (
+    "NodePool requirements filtered out all compatible available instance types due to minValues incompatibility"
+)
+
+
+def _np_event(uid: str, message: str, at_s: float) -> CoreV1Event:
+    return CoreV1Event(
+        metadata=V1ObjectMeta(name=f"np-{at_s}", namespace="default"),
+        involved_object=V1ObjectReference(kind="NodePool", name="tidegate-ns-p", uid=uid),
+        reason="NoCompatibleInstanceTypes",
+        message=message,
+        last_timestamp=datetime.datetime.fromtimestamp(at_s, datetime.UTC),
+    )
+
+
+def _live(uid: str = "np-1") -> dict:
+    return {**_node_pool(), "metadata": {"name": "tidegate-ns-p", "uid": uid}}
+
+
+def test_a_node_pool_whose_min_values_no_instance_type_meets_names_the_requirement_to_change() -> None:
+    requirements = [
+        {"key": "karpenter.k8s.aws/instance-gpu-name", "operator": "In", "values": ["h100"]},
+        {"key": "node.kubernetes.io/instance-type", "operator": "Exists", "minValues": 4},
+    ]
+    said = karpenter.filtered_out([_np_event("np-1", MIN_VALUES, 1000.0)], _live(), 1030.0, requirements)
+    assert said is not None and said.startswith(MIN_VALUES)
+    assert "spec.nodePool.requirements[1] (node.kubernetes.io/instance-type minValues 4)" in said
+    assert "lower minValues" in said
+    assert "requirements[0]" not in said
+
+
+def test_a_node_pool_whose_requirements_match_no_instance_type_says_so_without_min_values() -> None:
+    plain = "NodePool requirements filtered out all compatible available instance types"
+    said = karpenter.filtered_out([_np_event("np-1", plain, 1000.0)], _live(), 1000.0, [])
+    assert said is not None and said.startswith(plain + " (")
+    assert "spec.nodePool.requirements" in said and "capacityTypes" in said and "minValues" not in said
+
+
+def test_what_karpenter_said_of_another_node_pool_or_long_before_the_pods_waited_is_not_repeated() -> None:
+    # A NodePool deleted and made again (another uid), or a word older than Karpenter's one-minute
+    # dedupe before the pods began to wait (requirements since changed, pods since placed).
+    assert karpenter.filtered_out([_np_event("np-0", MIN_VALUES, 1000.0)], _live("np-1"), 1000.0) is None
+    assert karpenter.filtered_out([_np_event("np-1", MIN_VALUES, 1000.0)], _live(), 1061.0) is None
+    assert karpenter.filtered_out([_np_event("np-1", MIN_VALUES, 1000.0)], _live(), 1059.0) is not None
+    assert karpenter.filtered_out([], _live(), 1000.0) is None
