@@ -176,7 +176,17 @@ class PrometheusSignals:
             active=len(active),
             starting=starting,
             warm=warm,
-            warm_serving=len(serving_warm),
+            warm_serving=sum(  # those that took requests in the window (rates.observe says why)
+                1
+                for p in serving_warm
+                if p.name in fresh_names
+                and (
+                    admitted.get(p.name, 0.0)
+                    or capacity.get(p.name, 0.0)
+                    or policy.get(p.name, 0.0)
+                    or in_flight.get(p.name, 0.0)
+                )
+            ),
             reporting=len(reporting),
             reporting_share=sum(shares) if reporting else None,
             stale=stale,

@@ -210,8 +210,12 @@ def observe(
     pod answered with (keyed by pod name; absent = no answer); ``baselines``: each pod's earlier
     sample (or None). ``now_s``: wall-clock Unix seconds (samples carry the sidecar's wall clock); one older
     than ``stale_after_s`` counts as missing. The pods in the Service contribute their stats: the
-    ``active`` ones, and the Ready ``warm`` ones labelled serving (``warm_serving``); every Ready warm
-    pod counts as promotable (``warm``); stats of other pods are ignored. A Ready pod in the Service
+    ``active`` ones, and the Ready ``warm`` ones labelled serving; every Ready warm pod counts as
+    promotable (``warm``); stats of other pods are ignored. ``warm_serving`` counts the serving warm
+    pods that took requests in the window (decided some, or hold tokens): one labelled serving that
+    the Service does not route to (endpoints not updated yet, a Service still selecting
+    ``role=active`` during an operator upgrade) carries no share of the pool's need, and counting it
+    would let the law take that share off the active replicas. A Ready pod in the Service
     without fresh stats is *stale* (the law will not scale down: part of the load is unseen); a
     not-ready active one is *starting*; a not-ready warm one takes no requests yet and
     :func:`loading` counts it if it is on its way to serve.
@@ -234,8 +238,6 @@ def observe(
     for pod in pods:
         if pod.warm and pod.ready:
             warm += 1
-            if pod.serving:
-                warm_serving += 1
         if pod.active:
             active += 1
         elif not pod.load_counts:
@@ -263,6 +265,8 @@ def observe(
                 stale.append(pod.name)  # it answered before, but its counters give no usable rate now
             continue
         reporting += 1
+        if pod.warm and (delta.admitted or delta.capacity_rejected or delta.policy_rejected or snap.in_flight_tokens):
+            warm_serving += 1
         deltas.append(delta)
         tenants |= delta.capacity_rejected_tenants
     windows = [d.window_s for d in deltas]

@@ -103,3 +103,33 @@ async def test_a_pool_whose_pods_all_joined_within_the_window_reads_what_one_rep
     # expected: 0.75/s over 0.75 replicas: one replica admits 1/s
     assert o.reporting_share == 0.75
     assert o.admitted_per_s / o.rate_replicas == 1.0
+
+
+class Unrouted(Recorder):
+    """Pod ``a`` admits 1 request/s and holds 600 tokens; the serving warm pod ``w`` decided nothing and
+    holds no tokens: the Service does not send it requests (endpoints lag, a Service still selecting
+    ``role=active``). Both are scraped just now."""
+
+    def custom_query(self, promql: str) -> list[dict[str, Any]]:
+        self.asked.append(promql)
+        if 'decision=~"admit|admit_demoted"' in promql:
+            values = {"a": 1.0, "w": 0.0}
+        elif 'decision="reject"' in promql or "started_at_seconds" in promql:
+            return []
+        elif "timestamp(" in promql:
+            values = {"a": NOW, "w": NOW}
+        elif "in_flight_tokens" in promql:
+            values = {"a": 600.0, "w": 0.0}
+        elif "token_budget" in promql:
+            values = {"a": 1000.0, "w": 1000.0}
+        else:
+            return []
+        return [{"metric": {"pod": pod}, "value": [NOW, str(v)]} for pod, v in values.items()]
+
+
+async def test_a_serving_warm_pod_that_takes_no_request_is_not_counted_as_serving() -> None:
+    source = StaticPodSource()
+    source.set("ns", "p", [PodInfo("a"), PodInfo("w", role="warm", serving=True)])
+    signals = PrometheusSignals(source, connect=lambda url: Unrouted(), wall=lambda: NOW)
+    o = await signals.observe(target("p", source="prometheus", prometheusUrl="http://prom:9090"))
+    assert (o.active, o.warm, o.warm_serving, o.stale, o.fresh) == (1, 1, 0, (), 2)

@@ -242,3 +242,20 @@ def test_a_replica_that_joined_within_the_window_is_not_counted_twice() -> None:
     young = {n: snap(160, admitted=40, started=150, instance=n, pod=n) for n in ("a", "b", "new")}
     o = observe(pods, young, dict.fromkeys(young), now_s=161, stale_after_s=45, max_window_s=120, window_s=60)
     assert (o.admitted_per_s, o.rate_replicas) == (12.0, 3.0)
+
+
+def test_a_warm_pod_labelled_serving_that_takes_no_request_is_no_share_of_the_need() -> None:
+    # The Service does not route to "w" yet (endpoints lag, or a Service still selecting role=active):
+    # its sidecar answers, fresh, but decided nothing in the window and holds no tokens. Counted as a
+    # serving warm replica, the law would take its share of the need off the three active ones.
+    pods = [PodInfo(n) for n in ("a1", "a2", "a3")] + [PodInfo("w", role="warm", serving=True)]
+    current = {p.name: snap(160, admitted=70, in_flight_tokens=100, token_budget=1000, pod=p.name) for p in pods[:3]}
+    current["w"] = snap(160, admitted=10, token_budget=1000, pod="w")
+    baselines = {p.name: snap(100, admitted=10, pod=p.name) for p in pods}
+    o = observe(pods, current, baselines, now_s=161, stale_after_s=45, max_window_s=120)
+    assert (o.active, o.warm, o.warm_serving, o.reporting, o.stale) == (3, 1, 0, 4, ())
+    assert law.active_need(law.Policy(), o, 3) == 3
+    # once the Service sends it requests, it carries its share: the active replicas may be one fewer
+    current["w"] = snap(160, admitted=70, in_flight_tokens=100, token_budget=1000, pod="w")
+    o = observe(pods, current, baselines, now_s=161, stale_after_s=45, max_window_s=120)
+    assert o.warm_serving == 1 and law.active_need(law.Policy(), o, 3) == 2
