@@ -150,9 +150,20 @@ class Kube:
 
     def node_pool_events(self, name: str, reason: str) -> list[kubernetes.client.CoreV1Event]:
         """Events with ``reason`` on the cluster-scoped NodePool ``name``: client-go files the Events of
-        a cluster-scoped object in namespace ``default`` (``tools/record/event.go``, ``makeEvent``)."""
+        a cluster-scoped object in namespace ``default`` (``tools/record/event.go``, ``makeEvent``).
+
+        Not allowed to list them (RBAC narrower than the chart's ClusterRole): logged as a warning and
+        read as none, so the pool still says what the pods' Events say."""
         selector = f"involvedObject.kind=NodePool,involvedObject.name={name},reason={reason}"
-        return self.core.list_namespaced_event("default", field_selector=selector).items
+        try:
+            return self.core.list_namespaced_event("default", field_selector=selector).items
+        except kubernetes.client.ApiException as exc:
+            if exc.status != 403:
+                raise
+            log.warning(
+                "cannot list Events in namespace default (%s): Karpenter's word on NodePool %s unread", exc.reason, name
+            )
+            return []
 
     EVENTS_REMEMBERED = 4096
     """Repeats of this many distinct Events are folded into one (client-go's event cache holds as many)."""

@@ -5,7 +5,7 @@ import json
 import kubernetes
 import pytest
 
-from tidegate.operator.kube import Refused, api_message
+from tidegate.operator.kube import Kube, Refused, api_message
 
 pytestmark = pytest.mark.unit
 
@@ -41,3 +41,17 @@ def test_a_server_side_apply_that_cannot_fit_the_schema_is_a_refusal_not_a_trans
     assert not Refused.refuses(_exc(500, "Internal Server Error", json.dumps({"message": "etcdserver: timeout"})))
     assert not Refused.refuses(_exc(503, "Service Unavailable", None))
     assert Refused.refuses(_exc(422, "Unprocessable Entity", None))
+
+
+class _NoEventsAllowed:
+    def list_namespaced_event(self, namespace: str, field_selector: str) -> None:
+        raise _exc(403, "Forbidden", json.dumps({"kind": "Status", "message": "events is forbidden"}))
+
+
+def test_karpenters_events_the_operator_may_not_list_are_logged_and_read_as_none(caplog) -> None:
+    # RBAC narrower than the chart's ClusterRole: the reconcile goes on with what the pods' Events say
+    kube = Kube.__new__(Kube)  # no API server: only the core client is used
+    kube.core = _NoEventsAllowed()
+    assert kube.node_pool_events("tidegate-ns-p", "NoCompatibleInstanceTypes") == []
+    assert "cannot list Events in namespace default (Forbidden)" in caplog.text
+    assert caplog.records[-1].levelname == "WARNING"
