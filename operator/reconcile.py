@@ -360,19 +360,21 @@ def _unschedulable_for(pod: kubernetes.client.V1Pod, now_s: float) -> float | No
 
 def _node_pool(
     kube: Kube, pool: InferencePool, pods: list[kubernetes.client.V1Pod], now_s: float, pending_threshold_s: float
-) -> tuple[Integration, str, str | None]:
-    """The NodePool applied and Karpenter's view of it: (state, message, why pods wait on its limit)."""
+) -> tuple[Integration, str, str | None, dict[str, Any] | None]:
+    """The NodePool applied and Karpenter's view of it: (state, message, why pods wait on its limit,
+    the live NodePool as applied or None)."""
     np_name = names.node_pool_name(pool)
     has_api = kube.has_api("karpenter.sh/v1", "NodePool")
     existing = kube.get("karpenter.sh/v1", "NodePool", np_name) if has_api else None
     if not pool.spec.node_pool.enabled:
         if existing and names.owns_node_pool(pool, existing):
             kube.delete("karpenter.sh/v1", "NodePool", np_name)
-        return Integration.DISABLED, "nodePool.enabled is false: pods use existing GPU nodes", None
+        return Integration.DISABLED, "nodePool.enabled is false: pods use existing GPU nodes", None, None
     if not has_api:
         return (
             Integration.CRD_MISSING,
             "Karpenter is not installed (no karpenter.sh/v1 NodePool): install Karpenter v1",
+            None,
             None,
         )
     if existing and not names.owns_node_pool(pool, existing):
@@ -382,6 +384,7 @@ def _node_pool(
             Integration.NAME_TAKEN,
             f"NodePool {np_name} (tidegate-<namespace>-<pool>) belongs to {whose}: tidegate leaves it as it is; "
             "rename this pool or move it to another namespace",
+            None,
             None,
         )
     live = kube.apply(builders.node_pool(pool))
@@ -396,7 +399,7 @@ def _node_pool(
         if (age := _unschedulable_for(p, now_s)) is not None and age >= pending_threshold_s
     ]
     placed = sum(_pod_gpus(p) for p in live_pods if p.spec.node_name)
-    return state, verdict.message, karpenter.limit_reached(live, pending, placed)
+    return state, verdict.message, karpenter.limit_reached(live, pending, placed), live
 
 
 def _karpenter_says(
@@ -406,18 +409,19 @@ def _karpenter_says(
     now_s: float,
     threshold_s: float,
     np_state: Integration,
+    node_pool: dict[str, Any] | None,
 ) -> tuple[dict[str, str], str | None]:
     """What Karpenter says of the pool's long-Pending pods: its FailedScheduling message per pod uid, and
     its word on the NodePool when its requirements leave no instance type (None else). Read only when
-    the pool has a NodePool Karpenter serves and some pod has been unschedulable for ``threshold_s``."""
-    if np_state not in (Integration.APPLIED, Integration.NOT_READY):
+    the pool has a NodePool (``node_pool``, live, as applied) Karpenter serves (``np_state``) and some pod
+    has been unschedulable for ``threshold_s``."""
+    if np_state not in (Integration.APPLIED, Integration.NOT_READY) or node_pool is None:
         return {}, None
     waiting = [age for p in pods if (age := _unschedulable_for(p, now_s)) is not None and age >= threshold_s]
     if not waiting:
         return {}, None
     np_name = names.node_pool_name(pool)
     events = kube.pod_events(pool.metadata.namespace, "FailedScheduling", "karpenter")
-    node_pool = kube.get("karpenter.sh/v1", "NodePool", np_name) or {}
     requirements = [r.model_dump(mode="json", exclude_none=True) for r in pool.spec.node_pool.requirements]
     filtered = karpenter.filtered_out(
         kube.node_pool_events(np_name, karpenter.NO_COMPATIBLE_INSTANCE_TYPES),
@@ -529,9 +533,9 @@ def reconcile(
     except Refused as refused:  # e.g. KEDA's admission webhook
         keda_state, keda_message, reachable, keda_says = Integration.FAILED, str(refused), None, None
     try:
-        np_state, np_message, at_limit = _node_pool(kube, pool, pods, now_s, settings.gpu_pending_seconds)
+        np_state, np_message, at_limit, live_np = _node_pool(kube, pool, pods, now_s, settings.gpu_pending_seconds)
     except Refused as refused:
-        np_state, np_message, at_limit = Integration.FAILED, str(refused), None
+        np_state, np_message, at_limit, live_np = Integration.FAILED, str(refused), None, None
         problems.append(Problem(Reason.API_REFUSED, str(refused)))
     if np_state is Integration.NAME_TAKEN:
         problems.append(Problem(Reason.NODE_POOL_NAME_TAKEN, np_message))
@@ -540,7 +544,7 @@ def reconcile(
     if at_limit:
         problems.append(Problem(Reason.NODE_POOL_LIMIT_REACHED, at_limit))
     else:
-        says, filtered = _karpenter_says(kube, pool, pods, now_s, settings.gpu_pending_seconds, np_state)
+        says, filtered = _karpenter_says(kube, pool, pods, now_s, settings.gpu_pending_seconds, np_state, live_np)
         problems += failures.unschedulable(pods, now_s, settings.gpu_pending_seconds, says, filtered)
     problems += failures.containers(pods)
     if desired_active < pool.spec.replicas:

@@ -51,11 +51,11 @@ def test_the_second_pool_of_a_colliding_name_leaves_the_first_ones_node_pool_and
     first, second = _pool("team-a", "llm"), _pool("team", "a-llm")
     assert names.node_pool_name(first) == names.node_pool_name(second) == "tidegate-team-a-llm"
     kube = _Kube()
-    state, _, _ = reconcile._node_pool(kube, first, [], 0.0, 60.0)
+    state, _, _, _ = reconcile._node_pool(kube, first, [], 0.0, 60.0)
     assert state is not Integration.NAME_TAKEN
     made = kube.node_pools["tidegate-team-a-llm"]
 
-    state, message, _ = reconcile._node_pool(kube, second, [], 0.0, 60.0)
+    state, message, _, _ = reconcile._node_pool(kube, second, [], 0.0, 60.0)
     assert state is Integration.NAME_TAKEN
     assert "belongs to pool team-a/llm" in message and "rename this pool" in message
     assert kube.node_pools["tidegate-team-a-llm"] is made  # not rewritten
