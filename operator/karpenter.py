@@ -194,8 +194,8 @@ def filtered_out(
     else:
         hint = (
             "no instance type Karpenter offers for this NodeClass meets every spec.nodePool.requirements entry "
-            "and spec.nodePool.capacityTypes at once: check their values (instance type names, GPU labels, zones, "
-            "capacity types) against what the NodeClass offers"
+            "and spec.nodePool.capacityTypes at once, or none that does has capacity now: check their values "
+            "(instance type names, GPU labels, zones, capacity types) against what the NodeClass offers, or widen them"
         )
     return f"{said} ({hint})"
 
