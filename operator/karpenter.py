@@ -30,6 +30,7 @@ Karpenter v1 writes two things on a NodePool that the pool's conditions repeat
   for nodepool" (``pkg/controllers/provisioning/scheduling``), without the numbers.
 """
 
+import datetime
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -144,31 +145,35 @@ def _when(event: Any) -> float:
 
 
 NO_COMPATIBLE_INSTANCE_TYPES = "NoCompatibleInstanceTypes"
-NO_COMPATIBLE_DEDUPE_S = 60.0
-"""Karpenter posts ``NoCompatibleInstanceTypes`` at most once a minute per NodePool (its DedupeTimeout)."""
+NO_COMPATIBLE_FRESH_S = 120.0
+"""How long Karpenter's ``NoCompatibleInstanceTypes`` counts after it was last posted: Karpenter posts it
+again on each scheduling round while the NodePool's pods wait, at most once a minute (its
+DedupeTimeout); seen with the real v1.14.1: its count rose 1 -> 5 over four minutes."""
 
 
 def filtered_out(
     events: Iterable[Any],
     node_pool: Mapping[str, Any],
-    pending_since_s: float,
+    now_s: float,
     requirements: Iterable[Mapping[str, Any]] = (),
+    capacity_types: Iterable[str] = (),
 ) -> str | None:
     """Why Karpenter launches nothing for ``node_pool``, when its requirements leave it no instance type;
     else None.
 
-    ``events``: ``CoreV1Event`` s on NodePools (reason ``NoCompatibleInstanceTypes``); one counts when
-    it is about this NodePool (the live object's ``metadata.uid``: a NodePool deleted and made again
-    is another) and was posted no longer than :data:`NO_COMPATIBLE_DEDUPE_S` before
-    ``pending_since_s`` (epoch seconds the pool's pods have been unschedulable since): Karpenter says
-    it again on its next scheduling round, unless it said it within that minute. Older, it is about
-    requirements since changed or pods since placed.
+    ``events``: ``CoreV1Event`` s on NodePools (reason ``NoCompatibleInstanceTypes``). One counts when it
+    is about this NodePool (the live object's ``metadata.uid``: a NodePool deleted and made again is
+    another), was last posted within :data:`NO_COMPATIBLE_FRESH_S` of ``now_s`` (epoch seconds), and
+    not before the NodePool's spec last changed (the newest ``metadata.managedFields`` time of a write
+    that is not to ``status``): Karpenter's word on requirements since fixed is no longer true, and it
+    stops saying it. A word on ``minValues`` when no requirement has one is such a word.
 
-    ``requirements``: the pool's ``spec.nodePool.requirements`` (dicts, in order). The text names the
-    field to change: the entries with a ``minValues`` (by index) when Karpenter says minValues, else
-    the requirements and ``capacityTypes`` as a whole.
+    ``requirements``: the pool's ``spec.nodePool.requirements`` (dicts, in order); ``capacity_types``:
+    its ``spec.nodePool.capacityTypes``. The text names the field to change: the entries with a
+    ``minValues`` (by index) when Karpenter says minValues, else the requirements and capacity types.
     """
-    uid = (node_pool.get("metadata") or {}).get("uid")
+    meta = node_pool.get("metadata") or {}
+    uid, changed_s = meta.get("uid"), spec_changed_s(node_pool)
     mine = [
         e
         for e in events
@@ -176,7 +181,8 @@ def filtered_out(
         and e.involved_object is not None
         and uid is not None
         and e.involved_object.uid == uid
-        and _when(e) >= pending_since_s - NO_COMPATIBLE_DEDUPE_S
+        and now_s - NO_COMPATIBLE_FRESH_S <= _when(e)
+        and _when(e) >= changed_s
     ]
     if not mine:
         return None
@@ -187,22 +193,52 @@ def filtered_out(
             for i, r in enumerate(requirements)
             if r.get("minValues") is not None
         ]
-        hint = (
-            f"{', '.join(asked) or 'a requirement'} asks for more distinct values than the instance types that "
-            "meet every other requirement offer: lower minValues, or widen the values it and the others allow"
-        )
+        if not asked:
+            return None
+        if len(asked) == 1:
+            hint = (
+                f"{asked[0]} asks for more distinct values than the instance types that meet every other "
+                "requirement offer: lower its minValues, or widen the values it and the others allow"
+            )
+        else:
+            hint = (
+                f"one or more of {', '.join(asked)} ask for more distinct values than the instance types that "
+                "meet every other requirement offer: lower their minValues, or widen the values they and the "
+                "others allow"
+            )
     else:
+        types = ", ".join(capacity_types)
         hint = (
             "no instance type Karpenter offers for this NodeClass meets every spec.nodePool.requirements entry "
-            "and spec.nodePool.capacityTypes at once, or none that does has capacity now: check their values "
-            "(instance type names, GPU labels, zones, capacity types) against what the NodeClass offers, or widen them"
+            f"and spec.nodePool.capacityTypes [{types}] at once, or none that does has capacity now: check "
+            "their values (instance type names, GPU labels, zones, capacity types) against what the NodeClass "
+            "offers, or widen them"
         )
     return f"{said} ({hint})"
 
 
-def cannot_place(events: Iterable[Any], node_pool: str | None = None) -> dict[str, str]:
+def spec_changed_s(obj: Mapping[str, Any]) -> float:
+    """Epoch seconds of the newest write to ``obj`` other than to its ``status``, from
+    ``metadata.managedFields`` (a server-side apply that changes nothing leaves its time as it was);
+    0 when none is known."""
+    times = []
+    for entry in (obj.get("metadata") or {}).get("managedFields") or []:
+        if not isinstance(entry, Mapping) or entry.get("subresource") or not entry.get("time"):
+            continue
+        try:
+            stamp = datetime.datetime.fromisoformat(str(entry["time"]).replace("Z", "+00:00"))
+        except ValueError:
+            continue
+        times.append(stamp.timestamp())
+    return max(times, default=0.0)
+
+
+def cannot_place(events: Iterable[Any], node_pool: str | None = None, since_s: float = 0.0) -> dict[str, str]:
     """Karpenter's latest ``FailedScheduling`` message per pod uid, reduced to what it says of the pod's
-    own NodePool (``node_pool``, its name).
+    own NodePool (``node_pool``, its name), when posted at or after ``since_s`` (epoch seconds: when the
+    NodePool's spec last changed, :func:`spec_changed_s`). Karpenter tells a pod at most once every
+    five minutes whatever it has to say (its DedupeTimeout per pod), so after requirements are fixed
+    its older word on the pod outlives the mistake.
 
     ``events``: ``CoreV1Event`` s of pods posted by Karpenter. The errors for other NodePools (their
     requirements never match a pod that selects this NodePool, and a clause naming another
@@ -214,6 +250,8 @@ def cannot_place(events: Iterable[Any], node_pool: str | None = None) -> dict[st
     latest: dict[str, Any] = {}
     for event in events:
         uid = event.involved_object.uid if event.involved_object else None
+        if _when(event) < since_s:
+            continue
         if uid and (uid not in latest or _when(event) >= _when(latest[uid])):
             latest[uid] = event
     found = {}

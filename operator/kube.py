@@ -68,6 +68,7 @@ class Kube:
         self.dynamic = DynamicClient(api_client)
         # (namespace, pool, uid, type, reason, message) -> (Event name, count), most recent last
         self._events: collections.OrderedDict[tuple[str, ...], tuple[str, int]] = collections.OrderedDict()
+        self._events_unlisted: set[str] = set()  # NodePools whose Events the operator may not list (logged once)
 
     @functools.lru_cache(maxsize=32)  # noqa: B019 - one Kube per process; API resources do not change kind
     def _resource(self, api_version: str, kind: str) -> Any:
@@ -152,14 +153,17 @@ class Kube:
         """Events with ``reason`` on the cluster-scoped NodePool ``name``: client-go files the Events of
         a cluster-scoped object in namespace ``default`` (``tools/record/event.go``, ``makeEvent``).
 
-        Not allowed to list them (RBAC narrower than the chart's ClusterRole): logged as a warning and
-        read as none, so the pool still says what the pods' Events say."""
+        Not allowed to list them (RBAC narrower than the chart's ClusterRole): logged as a warning (once per
+        NodePool) and read as none, so the pool still says what the pods' Events say."""
         selector = f"involvedObject.kind=NodePool,involvedObject.name={name},reason={reason}"
         try:
             return self.core.list_namespaced_event("default", field_selector=selector).items
         except kubernetes.client.ApiException as exc:
             if exc.status != 403:
                 raise
+            if name in self._events_unlisted:
+                return []
+            self._events_unlisted.add(name)
             log.warning(
                 "cannot list Events in namespace default (%s): Karpenter's word on NodePool %s unread", exc.reason, name
             )

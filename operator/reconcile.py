@@ -417,8 +417,7 @@ def _karpenter_says(
     has been unschedulable for ``threshold_s``."""
     if np_state not in (Integration.APPLIED, Integration.NOT_READY) or node_pool is None:
         return {}, None
-    waiting = [age for p in pods if (age := _unschedulable_for(p, now_s)) is not None and age >= threshold_s]
-    if not waiting:
+    if not any((age := _unschedulable_for(p, now_s)) is not None and age >= threshold_s for p in pods):
         return {}, None
     np_name = names.node_pool_name(pool)
     events = kube.pod_events(pool.metadata.namespace, "FailedScheduling", "karpenter")
@@ -426,10 +425,11 @@ def _karpenter_says(
     filtered = karpenter.filtered_out(
         kube.node_pool_events(np_name, karpenter.NO_COMPATIBLE_INSTANCE_TYPES),
         node_pool,
-        now_s - max(waiting),
+        now_s,
         requirements,
+        [c.value for c in pool.spec.node_pool.capacity_types],
     )
-    return karpenter.cannot_place(events, np_name), filtered
+    return karpenter.cannot_place(events, np_name, karpenter.spec_changed_s(node_pool)), filtered
 
 
 def _apply_or_report(kube: Kube, manifest: dict[str, Any], problems: list[Problem]) -> dict[str, Any] | None:

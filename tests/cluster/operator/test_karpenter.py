@@ -309,3 +309,60 @@ def test_a_node_pool_whose_requirements_leave_no_instance_type_degrades_the_pool
         assert field in degraded["message"]
     finally:
         custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
+
+
+def test_once_the_requirements_are_changed_the_pool_no_longer_says_karpenters_word_on_the_old_ones(
+    api_client, namespace: str
+) -> None:
+    # An instance type this cloud does not offer, then one it offers that the NodePool's limit does not
+    # let Karpenter launch (8 GPUs, limit 4): the pod stays Pending for that other reason. Karpenter's
+    # word on the first mistake stays on the NodePool (the API server keeps Events an hour) and on the
+    # pod (Karpenter tells a pod at most once in 5 minutes): neither is what the pool says once the
+    # requirements changed; the scheduler's words are, until Karpenter speaks again.
+    custom = kubernetes.client.CustomObjectsApi(api_client)
+    body = valid_pool("fix")
+    body["spec"].update(
+        server={"image": "vllm/vllm-openai:v0.11.0", "gpus": 1},
+        warmPool={"size": 0},
+        nodePool={
+            "enabled": True,
+            "nodeClassRef": NODE_CLASS,
+            "limits": {GPU: "4"},
+            "requirements": [{"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["gpu-h100-1X"]}],
+        },
+    )
+    custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body)
+
+    def degraded() -> dict:
+        return _condition(custom, namespace, "fix", "Degraded") or {}
+
+    try:
+        wait_for(
+            lambda: (
+                degraded().get("reason") == "KarpenterCannotPlace"
+                and "filtered out all compatible available instance types" in degraded()["message"]
+            ),
+            timeout_s=90,
+            interval_s=1,
+            what="KarpenterCannotPlace in the NodePool's words",
+        )
+        custom.patch_namespaced_custom_object(
+            GROUP,
+            VERSION,
+            namespace,
+            PLURAL,
+            "fix",
+            {"spec": {"nodePool": {"requirements": [
+                {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["gpu-h100-8x"]}
+            ]}}},
+        )  # fmt: skip
+        now = wait_for(
+            lambda: (c := degraded()) and "filtered out" not in c["message"] and c,
+            timeout_s=30,
+            interval_s=1,
+            what="the pool without Karpenter's word on the old requirements",
+        )
+        assert now["status"] == "True" and now["reason"] in ("Unschedulable", "KarpenterCannotPlace"), now
+        print(f"\nafter the fix: {now['reason']}: {now['message']}")
+    finally:
+        custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "fix")

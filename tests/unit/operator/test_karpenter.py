@@ -141,8 +141,13 @@ def _np_event(uid: str, message: str, at_s: float) -> CoreV1Event:
     )
 
 
-def _live(uid: str = "np-1") -> dict:
-    return {**_node_pool(), "metadata": {"name": "tidegate-ns-p", "uid": uid}}
+def _live(uid: str = "np-1", applied_at: str = "1970-01-01T00:15:00Z") -> dict:
+    # the operator's last apply at 900 s; Karpenter's status writes do not count as a change of spec
+    fields = [
+        {"manager": "tidegate-operator", "operation": "Apply", "time": applied_at},
+        {"manager": "karpenter", "operation": "Update", "subresource": "status", "time": "1970-01-01T00:16:40Z"},
+    ]
+    return {**_node_pool(), "metadata": {"name": "tidegate-ns-p", "uid": uid, "managedFields": fields}}
 
 
 def test_a_node_pool_whose_min_values_no_instance_type_meets_names_the_requirement_to_change() -> None:
@@ -152,22 +157,40 @@ def test_a_node_pool_whose_min_values_no_instance_type_meets_names_the_requireme
     ]
     said = karpenter.filtered_out([_np_event("np-1", MIN_VALUES, 1000.0)], _live(), 1030.0, requirements)
     assert said is not None and said.startswith(MIN_VALUES)
-    assert "spec.nodePool.requirements[1] (node.kubernetes.io/instance-type minValues 4)" in said
-    assert "lower minValues" in said
+    assert "(spec.nodePool.requirements[1] (node.kubernetes.io/instance-type minValues 4) asks for" in said
+    assert "lower its minValues" in said
     assert "requirements[0]" not in said
+
+
+def test_several_min_values_are_named_as_the_ones_of_which_some_cannot_be_met() -> None:
+    requirements = [
+        {"key": "node.kubernetes.io/instance-type", "operator": "Exists", "minValues": 2},
+        {"key": "topology.kubernetes.io/zone", "operator": "Exists", "minValues": 2},
+    ]
+    said = karpenter.filtered_out([_np_event("np-1", MIN_VALUES, 1000.0)], _live(), 1000.0, requirements)
+    assert said is not None
+    assert "one or more of spec.nodePool.requirements[0] (node.kubernetes.io/instance-type minValues 2), " in said
+    assert "lower their minValues" in said
 
 
 def test_a_node_pool_whose_requirements_match_no_instance_type_says_so_without_min_values() -> None:
     plain = "NodePool requirements filtered out all compatible available instance types"
-    said = karpenter.filtered_out([_np_event("np-1", plain, 1000.0)], _live(), 1000.0, [])
+    said = karpenter.filtered_out([_np_event("np-1", plain, 1000.0)], _live(), 1000.0, [], ["reserved"])
     assert said is not None and said.startswith(plain + " (")
-    assert "spec.nodePool.requirements" in said and "capacityTypes" in said and "minValues" not in said
+    assert "spec.nodePool.requirements entry and spec.nodePool.capacityTypes [reserved]" in said
+    assert "minValues" not in said
 
 
-def test_what_karpenter_said_of_another_node_pool_or_long_before_the_pods_waited_is_not_repeated() -> None:
-    # A NodePool deleted and made again (another uid), or a word older than Karpenter's one-minute
-    # dedupe before the pods began to wait (requirements since changed, pods since placed).
-    assert karpenter.filtered_out([_np_event("np-0", MIN_VALUES, 1000.0)], _live("np-1"), 1000.0) is None
-    assert karpenter.filtered_out([_np_event("np-1", MIN_VALUES, 1000.0)], _live(), 1061.0) is None
-    assert karpenter.filtered_out([_np_event("np-1", MIN_VALUES, 1000.0)], _live(), 1059.0) is not None
-    assert karpenter.filtered_out([], _live(), 1000.0) is None
+def test_what_karpenter_no_longer_says_is_not_repeated() -> None:
+    event = _np_event("np-1", MIN_VALUES, 1000.0)
+    asked = [{"key": "node.kubernetes.io/instance-type", "operator": "Exists", "minValues": 4}]
+    assert karpenter.filtered_out([event], _live(), 1120.0, asked) is not None
+    # Karpenter says it again every minute while the pods wait: not again for over two, it stopped
+    assert karpenter.filtered_out([event], _live(), 1121.0, asked) is None
+    # said before the requirements were last changed (fixed, or changed to another mistake)
+    assert karpenter.filtered_out([event], _live(applied_at="1970-01-01T00:16:41Z"), 1002.0, asked) is None
+    # a word on minValues when the pool asks for none any more
+    assert karpenter.filtered_out([event], _live(), 1002.0, []) is None
+    # another NodePool of the same name (deleted and made again)
+    assert karpenter.filtered_out([_np_event("np-0", MIN_VALUES, 1000.0)], _live("np-1"), 1000.0, asked) is None
+    assert karpenter.filtered_out([], _live(), 1000.0, asked) is None
