@@ -512,7 +512,7 @@ def _is_active(obs: Observation, desired: int, rates: bool) -> bool:
 
 def _stale_text(obs: Observation) -> str:
     names = ", ".join(obs.stale[:3]) + (", ..." if len(obs.stale) > 3 else "")
-    return f"holding: no fresh stats from {len(obs.stale)} of {obs.active + obs.warm_serving} pods ({names})"
+    return f"holding: no fresh stats from {len(obs.stale)} pod(s) in the Service ({names})"
 
 
 def _up_text(policy: Policy, obs: Observation, reason: Reason, raw: int, limit: int) -> str:

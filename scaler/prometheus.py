@@ -160,8 +160,15 @@ class PrometheusSignals:
         in_flight, budget, queue = self._by_pod(r["in_flight"]), self._by_pod(r["budget"]), self._by_pod(r["queue"])
         in_service = active + serving_warm
         fresh = [p for p in in_service if now - seen.get(p.name, float("-inf")) <= self.stale_after_s]
+        stale = tuple(sorted(p.name for p in in_service if p not in fresh and p.ready))
+        # a serving warm pod that took no request in the window has no share of the load (rates.observe)
+        unrouted = {
+            p.name
+            for p in serving_warm
+            if not any(series.get(p.name, 0.0) for series in (admitted, capacity, policy, in_flight))
+        }
+        fresh = [p for p in fresh if p.name not in unrouted]
         fresh_names = {p.name for p in fresh}
-        stale = tuple(sorted(p.name for p in in_service if p.name not in fresh_names and p.ready))
         starting = sum(1 for p in active if not p.ready)
         budgets = {n: budget[n] for n in fresh_names if math.isfinite(budget.get(n, math.nan))}  # NaN: pending
         # a fresh pod without decision series has decided nothing yet (labelled counters appear on first use)
@@ -176,17 +183,7 @@ class PrometheusSignals:
             active=len(active),
             starting=starting,
             warm=warm,
-            warm_serving=sum(  # those that took requests in the window (rates.observe says why)
-                1
-                for p in serving_warm
-                if p.name in fresh_names
-                and (
-                    admitted.get(p.name, 0.0)
-                    or capacity.get(p.name, 0.0)
-                    or policy.get(p.name, 0.0)
-                    or in_flight.get(p.name, 0.0)
-                )
-            ),
+            warm_serving=sum(1 for p in serving_warm if p.name in fresh_names),
             reporting=len(reporting),
             reporting_share=sum(shares) if reporting else None,
             stale=stale,

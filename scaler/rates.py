@@ -90,6 +90,11 @@ def _from_start(cur: Sample, max_window_s: float) -> PodDelta | None:
     return PodDelta(window, cur.admitted, cur.capacity_rejected, cur.policy_rejected, tenants, reset=True)
 
 
+def _decided(delta: PodDelta | None) -> bool:
+    """Whether the pod decided any request in its window (admitted or refused)."""
+    return delta is not None and bool(delta.admitted or delta.capacity_rejected or delta.policy_rejected)
+
+
 def pod_delta(prev: Sample | None, cur: Sample, max_window_s: float) -> PodDelta | None:
     """Counts between ``prev`` and ``cur`` of one pod; None when there is no usable baseline.
 
@@ -211,11 +216,13 @@ def observe(
     sample (or None). ``now_s``: wall-clock Unix seconds (samples carry the sidecar's wall clock); one older
     than ``stale_after_s`` counts as missing. The pods in the Service contribute their stats: the
     ``active`` ones, and the Ready ``warm`` ones labelled serving; every Ready warm pod counts as
-    promotable (``warm``); stats of other pods are ignored. ``warm_serving`` counts the serving warm
-    pods that took requests in the window (decided some, or hold tokens): one labelled serving that
-    the Service does not route to (endpoints not updated yet, a Service still selecting
-    ``role=active`` during an operator upgrade) carries no share of the pool's need, and counting it
-    would let the law take that share off the active replicas. A Ready pod in the Service
+    promotable (``warm``); stats of other pods are ignored. A serving warm pod counts (its load, its
+    budget, as a replica of the rates, and in ``warm_serving``) once it took requests in the window
+    (decided some, or holds tokens): one labelled serving that the Service does not route to
+    (endpoints not updated yet, a Service still selecting ``role=active`` during an operator upgrade)
+    carries no share of the pool's load. Counted, it would let the law take its share of the need off
+    the active replicas, and thin what one replica admits (the knee ``c``) by a replica that admits
+    nothing. A Ready pod in the Service
     without fresh stats is *stale* (the law will not scale down: part of the load is unseen); a
     not-ready active one is *starting*; a not-ready warm one takes no requests yet and
     :func:`loading` counts it if it is on its way to serve.
@@ -251,6 +258,10 @@ def observe(
             else:
                 starting += 1
             continue
+        baseline = baselines.get(pod.name)
+        delta = pod_delta(baseline, snap, max_window_s)
+        if pod.warm and not snap.in_flight_tokens and (delta is not None or baseline is None) and not _decided(delta):
+            continue  # labelled serving, but the Service sends it nothing: no share of the load, no replica of it
         if not pod.ready:
             starting += 1
         in_flight += snap.in_flight_tokens
@@ -258,15 +269,12 @@ def observe(
             fresh += 1
             budget += snap.token_budget
         queue += snap.queue_depth
-        baseline = baselines.get(pod.name)
-        delta = pod_delta(baseline, snap, max_window_s)
         if delta is None:
             if baseline is not None and pod.ready:
                 stale.append(pod.name)  # it answered before, but its counters give no usable rate now
             continue
         reporting += 1
-        if pod.warm and (delta.admitted or delta.capacity_rejected or delta.policy_rejected or snap.in_flight_tokens):
-            warm_serving += 1
+        warm_serving += pod.warm
         deltas.append(delta)
         tenants |= delta.capacity_rejected_tenants
     windows = [d.window_s for d in deltas]

@@ -112,7 +112,7 @@ def test_stale_pods_never_scale_down_and_the_text_names_them() -> None:
     o = obs(active=4, util=0.1, reporting=3, fresh=3, stale=("small-3",))
     d, _ = decide(policy, o, LawState(), now_s=0)
     assert (d.desired, d.reason) == (4, Reason.HOLD_STALE)
-    assert "no fresh stats from 1 of 4 pods (small-3)" in d.text
+    assert "no fresh stats from 1 pod(s) in the Service (small-3)" in d.text
     assert d.active
 
 
@@ -126,7 +126,7 @@ def test_no_stats_at_all_holds_and_stays_active() -> None:
     o = obs(active=4, reporting=0, fresh=0, stale=("a", "b", "c", "d"), in_flight_tokens=0, token_budget=0)
     d, _ = decide(Policy(scale_down_cooldown_s=0), o, LawState(), now_s=0)
     assert (d.desired, d.reason, d.active) == (4, Reason.HOLD_STALE, True)
-    assert d.text == "4 -> 4: holding: no fresh stats from 4 of 4 pods (a, b, c, ...)"
+    assert d.text == "4 -> 4: holding: no fresh stats from 4 pod(s) in the Service (a, b, c, ...)"
 
 
 def test_first_sample_has_no_rate_so_it_holds() -> None:

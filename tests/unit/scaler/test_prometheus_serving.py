@@ -132,4 +132,5 @@ async def test_a_serving_warm_pod_that_takes_no_request_is_not_counted_as_servin
     source.set("ns", "p", [PodInfo("a"), PodInfo("w", role="warm", serving=True)])
     signals = PrometheusSignals(source, connect=lambda url: Unrouted(), wall=lambda: NOW)
     o = await signals.observe(target("p", source="prometheus", prometheusUrl="http://prom:9090"))
-    assert (o.active, o.warm, o.warm_serving, o.stale, o.fresh) == (1, 1, 0, (), 2)
+    assert (o.active, o.warm, o.warm_serving, o.stale, o.fresh, o.reporting) == (1, 1, 0, (), 1, 1)
+    assert o.admitted_per_s / o.rate_replicas == 1.0  # what one replica admits: a's, not thinned by w
