@@ -145,10 +145,12 @@ def _when(event: Any) -> float:
 
 
 NO_COMPATIBLE_INSTANCE_TYPES = "NoCompatibleInstanceTypes"
-NO_COMPATIBLE_FRESH_S = 120.0
-"""How long Karpenter's ``NoCompatibleInstanceTypes`` counts after it was last posted: Karpenter posts it
-again on each scheduling round while the NodePool's pods wait, at most once a minute (its
-DedupeTimeout); seen with the real v1.14.1: its count rose 1 -> 5 over four minutes."""
+NO_COMPATIBLE_FRESH_S = 360.0
+"""How long Karpenter's ``NoCompatibleInstanceTypes`` counts after it was last posted. Karpenter posts it
+on each scheduling round while the NodePool's pods wait, at most once a minute (its DedupeTimeout),
+and client-go's spam filter lets 25 through at once, then one every 300 s per object and reason
+(``tools/record/events_cache.go``): seen with the real v1.14.1, every minute up to count 25, then
+every 5 minutes."""
 
 
 def filtered_out(
@@ -164,16 +166,16 @@ def filtered_out(
     ``events``: ``CoreV1Event`` s on NodePools (reason ``NoCompatibleInstanceTypes``). One counts when it
     is about this NodePool (the live object's ``metadata.uid``: a NodePool deleted and made again is
     another), was last posted within :data:`NO_COMPATIBLE_FRESH_S` of ``now_s`` (epoch seconds), and
-    not before the NodePool's spec last changed (the newest ``metadata.managedFields`` time of a write
-    that is not to ``status``): Karpenter's word on requirements since fixed is no longer true, and it
-    stops saying it. A word on ``minValues`` when no requirement has one is such a word.
+    not before the NodePool's template last changed (:func:`template_changed_s`): Karpenter's word on
+    requirements since fixed is no longer true, and it stops saying it. A word on ``minValues`` when
+    no requirement has one is such a word.
 
     ``requirements``: the pool's ``spec.nodePool.requirements`` (dicts, in order); ``capacity_types``:
     its ``spec.nodePool.capacityTypes``. The text names the field to change: the entries with a
     ``minValues`` (by index) when Karpenter says minValues, else the requirements and capacity types.
     """
     meta = node_pool.get("metadata") or {}
-    uid, changed_s = meta.get("uid"), spec_changed_s(node_pool)
+    uid, changed_s = meta.get("uid"), template_changed_s(node_pool)
     mine = [
         e
         for e in events
@@ -217,26 +219,24 @@ def filtered_out(
     return f"{said} ({hint})"
 
 
-def spec_changed_s(obj: Mapping[str, Any]) -> float:
-    """Epoch seconds of the newest write to ``obj`` other than to its ``status``, from
-    ``metadata.managedFields`` (a server-side apply that changes nothing leaves its time as it was);
-    0 when none is known."""
-    times = []
-    for entry in (obj.get("metadata") or {}).get("managedFields") or []:
-        if not isinstance(entry, Mapping) or entry.get("subresource") or not entry.get("time"):
-            continue
-        try:
-            stamp = datetime.datetime.fromisoformat(str(entry["time"]).replace("Z", "+00:00"))
-        except ValueError:
-            continue
-        times.append(stamp.timestamp())
-    return max(times, default=0.0)
+TEMPLATE_CHANGED_ANNOTATION = "tidegate.dev/template-changed-at"  # written by the operator's NodePool builder
+
+
+def template_changed_s(node_pool: Mapping[str, Any]) -> float:
+    """Epoch seconds at which the NodePool's ``spec.template`` last changed, as the operator stamped it
+    (``tidegate.dev/template-changed-at``, :func:`tidegate.operator.builders.nodepool.stamp_template`);
+    0 when not stamped. Not ``metadata.managedFields``: any write (a label, raised limits) moves those."""
+    stamp = ((node_pool.get("metadata") or {}).get("annotations") or {}).get(TEMPLATE_CHANGED_ANNOTATION)
+    try:
+        return datetime.datetime.fromisoformat(str(stamp).replace("Z", "+00:00")).timestamp() if stamp else 0.0
+    except ValueError:
+        return 0.0
 
 
 def cannot_place(events: Iterable[Any], node_pool: str | None = None, since_s: float = 0.0) -> dict[str, str]:
     """Karpenter's latest ``FailedScheduling`` message per pod uid, reduced to what it says of the pod's
     own NodePool (``node_pool``, its name), when posted at or after ``since_s`` (epoch seconds: when the
-    NodePool's spec last changed, :func:`spec_changed_s`). Karpenter tells a pod at most once every
+    NodePool's template last changed, :func:`template_changed_s`). Karpenter tells a pod at most once every
     five minutes whatever it has to say (its DedupeTimeout per pod), so after requirements are fixed
     its older word on the pod outlives the mistake.
 

@@ -387,7 +387,7 @@ def _node_pool(
             None,
             None,
         )
-    live = kube.apply(builders.node_pool(pool))
+    live = kube.apply(builders.stamp_template(builders.node_pool(pool), existing, now_s))
     verdict = karpenter.readiness(live)
     state = {"Ready": Integration.APPLIED, "NotReconciled": Integration.NOT_RECONCILED}.get(
         verdict.reason, Integration.NOT_READY
@@ -429,7 +429,7 @@ def _karpenter_says(
         requirements,
         [c.value for c in pool.spec.node_pool.capacity_types],
     )
-    return karpenter.cannot_place(events, np_name, karpenter.spec_changed_s(node_pool)), filtered
+    return karpenter.cannot_place(events, np_name, karpenter.template_changed_s(node_pool)), filtered
 
 
 def _apply_or_report(kube: Kube, manifest: dict[str, Any], problems: list[Problem]) -> dict[str, Any] | None:

@@ -165,7 +165,7 @@ class PrometheusSignals:
         unrouted = {
             p.name
             for p in serving_warm
-            if not any(series.get(p.name, 0.0) for series in (admitted, capacity, policy, in_flight))
+            if not any(series.get(p.name, 0.0) for series in (admitted, capacity, policy, in_flight, queue))
         }
         fresh = [p for p in fresh if p.name not in unrouted]
         fresh_names = {p.name for p in fresh}

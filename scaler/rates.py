@@ -218,7 +218,7 @@ def observe(
     ``active`` ones, and the Ready ``warm`` ones labelled serving; every Ready warm pod counts as
     promotable (``warm``); stats of other pods are ignored. A serving warm pod counts (its load, its
     budget, as a replica of the rates, and in ``warm_serving``) once it took requests in the window
-    (decided some, or holds tokens): one labelled serving that the Service does not route to
+    (decided some, or holds tokens or a queue): one labelled serving that the Service does not route to
     (endpoints not updated yet, a Service still selecting ``role=active`` during an operator upgrade)
     carries no share of the pool's load. Counted, it would let the law take its share of the need off
     the active replicas, and thin what one replica admits (the knee ``c``) by a replica that admits
@@ -260,7 +260,8 @@ def observe(
             continue
         baseline = baselines.get(pod.name)
         delta = pod_delta(baseline, snap, max_window_s)
-        if pod.warm and not snap.in_flight_tokens and (delta is not None or baseline is None) and not _decided(delta):
+        took = snap.in_flight_tokens or snap.queue_depth or _decided(delta)
+        if pod.warm and not took and (delta is not None or baseline is None):
             continue  # labelled serving, but the Service sends it nothing: no share of the load, no replica of it
         if not pod.ready:
             starting += 1

@@ -12,6 +12,10 @@ Cluster-scoped objects cannot be owned by a namespaced pool: the operator's fina
 Source: https://karpenter.sh/docs/concepts/nodepools/
 """
 
+import datetime
+import hashlib
+import json
+from collections.abc import Mapping
 from typing import Any
 
 from tidegate.api.pool import InferencePool
@@ -70,3 +74,27 @@ def node_pool(pool: InferencePool) -> dict[str, Any]:
         },
         "spec": spec,
     }
+
+
+ANNOTATION_TEMPLATE_HASH = "tidegate.dev/template-hash"
+ANNOTATION_TEMPLATE_CHANGED = "tidegate.dev/template-changed-at"
+
+
+def stamp_template(manifest: dict[str, Any], existing: Mapping[str, Any] | None, now_s: float) -> dict[str, Any]:
+    """``manifest`` (a NodePool) with annotations saying when its ``spec.template`` last changed.
+
+    ``tidegate.dev/template-hash``: a hash of ``spec.template`` (requirements, node class, taints: what
+    decides which instance types Karpenter may launch); ``tidegate.dev/template-changed-at``: RFC 3339,
+    kept from ``existing`` (the live NodePool) while the hash is the same, else ``now_s`` (epoch
+    seconds). What Karpenter said of the NodePool before that time is about a template since changed
+    (:func:`tidegate.operator.karpenter.template_changed_s`). NodePool metadata is not part of
+    Karpenter's drift hash (``karpenter.sh/nodepool-hash`` covers ``spec.template``), so nodes never
+    drift on these annotations.
+    """
+    digest = hashlib.sha256(json.dumps(manifest["spec"]["template"], sort_keys=True).encode()).hexdigest()[:16]
+    old = ((existing or {}).get("metadata") or {}).get("annotations") or {}
+    changed = old.get(ANNOTATION_TEMPLATE_CHANGED)
+    if old.get(ANNOTATION_TEMPLATE_HASH) != digest or not changed:
+        changed = datetime.datetime.fromtimestamp(int(now_s), datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    annotations = {ANNOTATION_TEMPLATE_HASH: digest, ANNOTATION_TEMPLATE_CHANGED: changed}
+    return {**manifest, "metadata": {**manifest["metadata"], "annotations": annotations}}

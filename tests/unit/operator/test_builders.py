@@ -8,7 +8,7 @@ from tests.invalid_pools import valid_pool
 from tidegate.api.pool import InferencePool
 from tidegate.api.scaling import ScalingSpec
 from tidegate.operator import builders, names
-from tidegate.operator.builders.nodepool import gpu_limit
+from tidegate.operator.builders.nodepool import ANNOTATION_TEMPLATE_CHANGED, ANNOTATION_TEMPLATE_HASH, gpu_limit
 from tidegate.operator.settings import OperatorSettings
 
 SETTINGS = OperatorSettings(sidecar_image="tidegate:test", scaler_address="scaler:9090")
@@ -264,3 +264,24 @@ def test_the_prestop_hook_carries_the_drain_token_the_sidecar_config_holds() -> 
     config = parse(cm["data"]["config.yaml"])  # what the sidecar reads
     assert hook["httpGet"]["httpHeaders"] == [{"name": names.DRAIN_TOKEN_HEADER, "value": config.drain_token}]
     assert len(config.drain_token) == 32
+
+
+def test_the_node_pool_says_when_its_template_last_changed_and_nothing_else_moves_that() -> None:
+    # What Karpenter said of a NodePool before its template (requirements, node class, taints) changed
+    # is stale; raised limits, a label, a later reconcile change nothing Karpenter said of instance types.
+    node_class = {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "gpu"}
+    typo = [{"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["p5.48xlarg"]}]
+    first = builders.stamp_template(
+        builders.node_pool(pool(nodePool={"enabled": True, "nodeClassRef": node_class, "requirements": typo})),
+        None,
+        1000.0,
+    )
+    stamped = first["metadata"]["annotations"]
+    assert stamped[ANNOTATION_TEMPLATE_CHANGED] == "1970-01-01T00:16:40Z"
+    live = {**first, "metadata": {**first["metadata"], "labels": {**first["metadata"]["labels"], "team": "ml"}}}
+    more = pool(nodePool={"enabled": True, "nodeClassRef": node_class, "requirements": typo, "limits": {"cpu": "64"}})
+    assert builders.stamp_template(builders.node_pool(more), live, 2000.0)["metadata"]["annotations"] == stamped
+    fixed = pool(nodePool={"enabled": True, "nodeClassRef": node_class})
+    moved = builders.stamp_template(builders.node_pool(fixed), live, 3000.0)["metadata"]["annotations"]
+    assert moved[ANNOTATION_TEMPLATE_CHANGED] == "1970-01-01T00:50:00Z"
+    assert moved[ANNOTATION_TEMPLATE_HASH] != stamped[ANNOTATION_TEMPLATE_HASH]

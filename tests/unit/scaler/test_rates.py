@@ -257,6 +257,9 @@ def test_a_warm_pod_labelled_serving_that_takes_no_request_is_no_share_of_the_ne
     assert law.active_need(law.Policy(), o, 3) == 3
     # nor is it a replica of the rates: what one replica admits (the knee c) is what the three admit
     assert o.admitted_per_s / o.rate_replicas == 1.0
+    # a queue is load too (requests waiting for its budget)
+    current["w"] = snap(160, admitted=10, token_budget=1000, queue_depth=2, pod="w")
+    assert observe(pods, current, baselines, now_s=161, stale_after_s=45, max_window_s=120).queue_depth == 2
     # once the Service sends it requests, it carries its share: the active replicas may be one fewer
     current["w"] = snap(160, admitted=70, in_flight_tokens=100, token_budget=1000, pod="w")
     o = observe(pods, current, baselines, now_s=161, stale_after_s=45, max_window_s=120)
