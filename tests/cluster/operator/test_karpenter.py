@@ -260,6 +260,17 @@ def test_a_pod_no_instance_type_can_hold_degrades_the_pool_in_karpenters_words(a
         custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "big")
 
 
+def _one_gpu_pool(name: str, **node_pool: object) -> dict:
+    """A pool of one 1-GPU replica, no warm pool, on its own NodePool with ``node_pool`` added."""
+    body = valid_pool(name)
+    body["spec"].update(
+        server={"image": "vllm/vllm-openai:v0.11.0", "gpus": 1},
+        warmPool={"size": 0},
+        nodePool={"enabled": True, "nodeClassRef": NODE_CLASS, **node_pool},
+    )
+    return body
+
+
 @pytest.mark.parametrize(
     ("requirement", "said", "field"),
     [
@@ -285,16 +296,7 @@ def test_a_node_pool_whose_requirements_leave_no_instance_type_degrades_the_pool
     # of this NodePool when other NodePools exist, so the pool would otherwise quote the scheduler.
     custom = kubernetes.client.CustomObjectsApi(api_client)
     name = "mv" if "minValues" in requirement else "typo"
-    body = valid_pool(name)
-    body["spec"].update(
-        server={"image": "vllm/vllm-openai:v0.11.0", "gpus": 1},
-        warmPool={"size": 0},
-        nodePool={
-            "enabled": True,
-            "nodeClassRef": NODE_CLASS,
-            "requirements": [{"key": "node.kubernetes.io/instance-type", **requirement}],
-        },
-    )
+    body = _one_gpu_pool(name, requirements=[{"key": "node.kubernetes.io/instance-type", **requirement}])
     custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body)
     try:
         degraded = wait_for(
@@ -320,16 +322,10 @@ def test_once_the_requirements_are_changed_the_pool_no_longer_says_karpenters_wo
     # pod (Karpenter tells a pod at most once in 5 minutes): neither is what the pool says once the
     # requirements changed; the scheduler's words are, until Karpenter speaks again.
     custom = kubernetes.client.CustomObjectsApi(api_client)
-    body = valid_pool("fix")
-    body["spec"].update(
-        server={"image": "vllm/vllm-openai:v0.11.0", "gpus": 1},
-        warmPool={"size": 0},
-        nodePool={
-            "enabled": True,
-            "nodeClassRef": NODE_CLASS,
-            "limits": {GPU: "4"},
-            "requirements": [{"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["gpu-h100-1X"]}],
-        },
+    body = _one_gpu_pool(
+        "fix",
+        limits={GPU: "4"},
+        requirements=[{"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["gpu-h100-1X"]}],
     )
     custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body)
 
