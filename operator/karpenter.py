@@ -36,6 +36,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from tidegate.operator import names
+
 GPU_RESOURCE = "nvidia.com/gpu"
 
 
@@ -219,14 +221,11 @@ def filtered_out(
     return f"{said} ({hint})"
 
 
-TEMPLATE_CHANGED_ANNOTATION = "tidegate.dev/template-changed-at"  # written by the operator's NodePool builder
-
-
 def template_changed_s(node_pool: Mapping[str, Any]) -> float:
     """Epoch seconds at which the NodePool's ``spec.template`` last changed, as the operator stamped it
     (``tidegate.dev/template-changed-at``, :func:`tidegate.operator.builders.nodepool.stamp_template`);
     0 when not stamped. Not ``metadata.managedFields``: any write (a label, raised limits) moves those."""
-    stamp = ((node_pool.get("metadata") or {}).get("annotations") or {}).get(TEMPLATE_CHANGED_ANNOTATION)
+    stamp = ((node_pool.get("metadata") or {}).get("annotations") or {}).get(names.ANNOTATION_TEMPLATE_CHANGED)
     try:
         return datetime.datetime.fromisoformat(str(stamp).replace("Z", "+00:00")).timestamp() if stamp else 0.0
     except ValueError:

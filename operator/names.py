@@ -17,6 +17,9 @@ ANNOTATION_DO_NOT_DISRUPT = "karpenter.sh/do-not-disrupt"
 ANNOTATION_DELETION_COST = "controller.kubernetes.io/pod-deletion-cost"
 ANNOTATION_DRAINING_SINCE = f"{constants.GROUP}/draining-since"
 FINALIZER = f"{constants.GROUP}/nodepool-cleanup"
+# On the NodePool: a hash of its spec.template and when that last changed (builders.nodepool.stamp_template).
+ANNOTATION_TEMPLATE_HASH = f"{constants.GROUP}/template-hash"
+ANNOTATION_TEMPLATE_CHANGED = f"{constants.GROUP}/template-changed-at"
 # On the cluster-scoped NodePool (and its nodes): the namespace of the pool that owns it.
 LABEL_NAMESPACE = f"{constants.GROUP}/namespace"
 

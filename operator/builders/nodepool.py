@@ -76,10 +76,6 @@ def node_pool(pool: InferencePool) -> dict[str, Any]:
     }
 
 
-ANNOTATION_TEMPLATE_HASH = "tidegate.dev/template-hash"
-ANNOTATION_TEMPLATE_CHANGED = "tidegate.dev/template-changed-at"
-
-
 def stamp_template(manifest: dict[str, Any], existing: Mapping[str, Any] | None, now_s: float) -> dict[str, Any]:
     """``manifest`` (a NodePool) with annotations saying when its ``spec.template`` last changed.
 
@@ -93,8 +89,8 @@ def stamp_template(manifest: dict[str, Any], existing: Mapping[str, Any] | None,
     """
     digest = hashlib.sha256(json.dumps(manifest["spec"]["template"], sort_keys=True).encode()).hexdigest()[:16]
     old = ((existing or {}).get("metadata") or {}).get("annotations") or {}
-    changed = old.get(ANNOTATION_TEMPLATE_CHANGED)
-    if old.get(ANNOTATION_TEMPLATE_HASH) != digest or not changed:
+    changed = old.get(names.ANNOTATION_TEMPLATE_CHANGED)
+    if old.get(names.ANNOTATION_TEMPLATE_HASH) != digest or not changed:
         changed = datetime.datetime.fromtimestamp(int(now_s), datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    annotations = {ANNOTATION_TEMPLATE_HASH: digest, ANNOTATION_TEMPLATE_CHANGED: changed}
+    annotations = {names.ANNOTATION_TEMPLATE_HASH: digest, names.ANNOTATION_TEMPLATE_CHANGED: changed}
     return {**manifest, "metadata": {**manifest["metadata"], "annotations": annotations}}

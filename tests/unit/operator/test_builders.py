@@ -8,7 +8,8 @@ from tests.invalid_pools import valid_pool
 from tidegate.api.pool import InferencePool
 from tidegate.api.scaling import ScalingSpec
 from tidegate.operator import builders, names
-from tidegate.operator.builders.nodepool import ANNOTATION_TEMPLATE_CHANGED, ANNOTATION_TEMPLATE_HASH, gpu_limit
+from tidegate.operator.builders.nodepool import gpu_limit
+from tidegate.operator.names import ANNOTATION_TEMPLATE_CHANGED, ANNOTATION_TEMPLATE_HASH
 from tidegate.operator.settings import OperatorSettings
 
 SETTINGS = OperatorSettings(sidecar_image="tidegate:test", scaler_address="scaler:9090")
