@@ -176,17 +176,17 @@ def filtered_out(
     its ``spec.nodePool.capacityTypes``. The text names the field to change: the entries with a
     ``minValues`` (by index) when Karpenter says minValues, else the requirements and capacity types.
     """
-    meta = node_pool.get("metadata") or {}
-    uid, changed_s = meta.get("uid"), template_changed_s(node_pool)
+    uid = (node_pool.get("metadata") or {}).get("uid")
+    if uid is None:
+        return None
+    since_s = max(now_s - NO_COMPATIBLE_FRESH_S, template_changed_s(node_pool))
     mine = [
         e
         for e in events
         if e.reason == NO_COMPATIBLE_INSTANCE_TYPES
         and e.involved_object is not None
-        and uid is not None
         and e.involved_object.uid == uid
-        and now_s - NO_COMPATIBLE_FRESH_S <= _when(e)
-        and _when(e) >= changed_s
+        and _when(e) >= since_s
     ]
     if not mine:
         return None

@@ -222,10 +222,9 @@ def observe(
     (endpoints not updated yet, a Service still selecting ``role=active`` during an operator upgrade)
     carries no share of the pool's load. Counted, it would let the law take its share of the need off
     the active replicas, and thin what one replica admits (the knee ``c``) by a replica that admits
-    nothing. A Ready pod in the Service
-    without fresh stats is *stale* (the law will not scale down: part of the load is unseen); a
-    not-ready active one is *starting*; a not-ready warm one takes no requests yet and
-    :func:`loading` counts it if it is on its way to serve.
+    nothing. A Ready pod in the Service without fresh stats is *stale* (the law will not scale down:
+    part of the load is unseen); a not-ready active one is *starting*; a not-ready warm one takes no
+    requests yet and :func:`loading` counts it if it is on its way to serve.
 
     ``window_s`` (the rate window, seconds; None: each pod's rate counts in full, as before): the
     pool's rates are the counts of the last ``W = min(window_s, longest pod window)`` over ``W``. A pod
